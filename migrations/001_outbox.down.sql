@@ -1,0 +1,4 @@
+DROP TABLE IF EXISTS {{.Relays}};
+DROP TABLE IF EXISTS {{.Lanes}};
+DROP TABLE IF EXISTS {{.Holds}};
+DROP TABLE IF EXISTS {{.Outbox}};

@@ -1,0 +1,123 @@
+// Package pgtest gives tests a real PostgreSQL: a pool on DATABASE_URL (default
+// the local server's "test" database) and a fresh, migrated schema per test,
+// dropped when the test ends. Under CI=true a missing server fails the test;
+// elsewhere a PostgreSQL container is started when a Docker engine answers,
+// and otherwise the test is skipped with a message saying what to start.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/heraldhq/herald/migrations"
+)
+
+// DefaultURL is used when DATABASE_URL is unset.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+var (
+	urlOnce  sync.Once
+	urlValue string
+	urlErr   error
+)
+
+// URL returns a reachable database URL, or ends the test as described in the
+// package comment.
+func URL(t testing.TB) string {
+	t.Helper()
+	urlOnce.Do(func() { urlValue, urlErr = resolveURL() })
+	if urlErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL is required under CI: %v", urlErr)
+		}
+		t.Skipf("PostgreSQL not reachable (%v); start one (e.g. `pg_ctlcluster 15 main start`) or set DATABASE_URL", urlErr)
+	}
+	return urlValue
+}
+
+func resolveURL() (string, error) {
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		url = DefaultURL
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err == nil {
+		conn.Close(ctx)
+		return url, nil
+	}
+	if os.Getenv("CI") == "true" {
+		return "", err
+	}
+	// No server answered: try a throwaway container if Docker is there.
+	if _, derr := testcontainers.NewDockerClientWithOpts(ctx); derr != nil {
+		return "", err
+	}
+	ctr, cerr := tcpostgres.Run(context.Background(), "postgres:17-alpine",
+		tcpostgres.WithDatabase("test"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
+		tcpostgres.BasicWaitStrategies())
+	if cerr != nil {
+		return "", fmt.Errorf("%v; and starting a container failed: %w", err, cerr)
+	}
+	return ctr.ConnectionString(context.Background(), "sslmode=disable")
+}
+
+// Pool returns a pool on URL(t), closed when the test ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatalf("parsing database URL: %v", err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("connecting to PostgreSQL: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Schema creates a uniquely named schema with Herald's tables migrated into
+// it and drops it (cascading) when the test ends.
+func Schema(t testing.TB, pool *pgxpool.Pool) migrations.Tables {
+	t.Helper()
+	tables := migrations.Tables{Schema: UniqueName("herald_t"), Table: "outbox"}
+	m, err := migrations.NewMigrator(pool, tables, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background(), 0); err != nil {
+		t.Fatalf("migrating test schema %s: %v", tables.Schema, err)
+	}
+	t.Cleanup(func() { DropSchema(t, pool, tables.Schema) })
+	return tables
+}
+
+// DropSchema drops a schema and everything in it.
+func DropSchema(t testing.TB, pool *pgxpool.Pool, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		t.Errorf("dropping test schema %s: %v", schema, err)
+	}
+}
+
+// UniqueName returns prefix followed by random hex, safe as an identifier.
+func UniqueName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "_" + hex.EncodeToString(b[:])
+}

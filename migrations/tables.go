@@ -1,0 +1,99 @@
+// Package migrations holds Herald's schema as embedded, versioned SQL files
+// and the migrator that applies them. It also names the tables: every other
+// package builds its SQL from Tables, so identifiers are always quoted.
+package migrations
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Tables names the outbox table and its companions. The zero value is not
+// usable; call WithDefaults, then Validate.
+type Tables struct {
+	// Schema is the PostgreSQL schema holding the tables. Defaults to "public".
+	Schema string
+	// Table is the outbox table's name; companion tables are named after it
+	// (outbox_holds, outbox_lanes, outbox_relays, outbox_migrations).
+	// Defaults to "outbox".
+	Table string
+}
+
+// maxIdentifier is PostgreSQL's identifier limit (NAMEDATALEN-1) less the
+// longest suffix Herald appends ("_max_attempts_check").
+const maxIdentifier = 63 - len("_max_attempts_check")
+
+// WithDefaults returns t with empty fields set to their defaults.
+func (t Tables) WithDefaults() Tables {
+	if t.Schema == "" {
+		t.Schema = "public"
+	}
+	if t.Table == "" {
+		t.Table = "outbox"
+	}
+	return t
+}
+
+// Validate reports a name PostgreSQL would truncate or cannot store. Names are
+// always quoted, so quotes and semicolons are harmless, but they are refused
+// all the same: they are never intended.
+func (t Tables) Validate() error {
+	for _, f := range []struct{ field, value string }{{"schema", t.Schema}, {"table", t.Table}} {
+		switch {
+		case f.value == "":
+			return fmt.Errorf("database.%s: must not be empty", f.field)
+		case !utf8.ValidString(f.value):
+			return fmt.Errorf("database.%s: %q is not valid UTF-8", f.field, f.value)
+		case len(f.value) > maxIdentifier:
+			return fmt.Errorf("database.%s: %q is longer than %d bytes", f.field, f.value, maxIdentifier)
+		case strings.ContainsAny(f.value, "\"';\\\x00"):
+			return fmt.Errorf("database.%s: %q must not contain quotes, semicolons, backslashes or NUL", f.field, f.value)
+		}
+	}
+	return nil
+}
+
+func (t Tables) qualified(name string) string {
+	return pgx.Identifier{t.Schema, name}.Sanitize()
+}
+
+// Outbox is the quoted, schema-qualified outbox table.
+func (t Tables) Outbox() string { return t.qualified(t.Table) }
+
+// Holds is the quoted table of per-key, per-sink holds.
+func (t Tables) Holds() string { return t.qualified(t.Table + "_holds") }
+
+// Lanes is the quoted table of lane leases.
+func (t Tables) Lanes() string { return t.qualified(t.Table + "_lanes") }
+
+// Relays is the quoted table of live relays.
+func (t Tables) Relays() string { return t.qualified(t.Table + "_relays") }
+
+// Versions is the quoted table recording applied migrations.
+func (t Tables) Versions() string { return t.qualified(t.Table + "_migrations") }
+
+// Name quotes an object name derived from the table (an index or constraint),
+// unqualified, as CREATE INDEX and constraint clauses expect.
+func (t Tables) Name(suffix string) string {
+	return pgx.Identifier{t.Table + "_" + suffix}.Sanitize()
+}
+
+// Channel is the LISTEN/NOTIFY channel that wakes relays, as a plain string
+// for pg_notify. Use ChannelIdent in a LISTEN statement. Names too long for a
+// channel are replaced by a hash of themselves.
+func (t Tables) Channel() string {
+	ch := "herald." + t.Schema + "." + t.Table
+	if len(ch) > 63 {
+		h := fnv.New64a()
+		h.Write([]byte(t.Schema + "." + t.Table))
+		ch = fmt.Sprintf("herald.%016x", h.Sum64())
+	}
+	return ch
+}
+
+// ChannelIdent is Channel quoted as an identifier, for LISTEN and UNLISTEN.
+func (t Tables) ChannelIdent() string { return pgx.Identifier{t.Channel()}.Sanitize() }

@@ -1,0 +1,33 @@
+package sinks
+
+import "log/slog"
+
+// Secret is a configuration value that must never be printed: a password, a
+// token, a webhook signing secret. It formats, logs and marshals as
+// "[redacted]"; call Reveal where the value is really needed.
+type Secret string
+
+const redacted = "[redacted]"
+
+// Reveal returns the secret's value.
+func (s Secret) Reveal() string { return string(s) }
+
+// String implements fmt.Stringer.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString implements fmt.GoStringer, so %#v redacts too.
+func (s Secret) GoString() string { return `sinks.Secret("` + s.String() + `")` }
+
+// LogValue implements slog.LogValuer.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalJSON implements json.Marshaler.
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + s.String() + `"`), nil }
+
+// MarshalText implements encoding.TextMarshaler.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

@@ -1,0 +1,141 @@
+// Package sinks defines the Sink interface the relay publishes through, the
+// errors a sink reports, and two sinks with no broker behind them: Stdout (for
+// trying Herald out) and Discard (for benchmarks). Sinks that talk to a broker
+// live in sub-packages, one per protocol, and all pass the sinktest suite.
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Event is one outbox row as a sink sees it.
+type Event struct {
+	// ID is the event's UUID in canonical text form: the dedupe key consumers
+	// use (Kafka header, Nats-Msg-Id, webhook-id, Message-ID).
+	ID string
+	// Seq is the row's insert sequence number; events of one key are handed
+	// to a sink in ascending Seq.
+	Seq int64
+	// Topic is the event's topic as written by the application.
+	Topic string
+	// Key orders events: those with the same key are published in order.
+	// Empty means no key.
+	Key string
+	// Destination is where the sink should publish: a Kafka topic, a NATS
+	// subject… It is the route's rendered destination template, or Topic.
+	Destination string
+	// Payload is the body: JSON text when ContentType is JSON, bytes otherwise.
+	Payload []byte
+	// ContentType is the payload's media type, never empty.
+	ContentType string
+	// Headers are the application's string headers (may be nil).
+	Headers map[string]string
+	// CreatedAt is when the event was written.
+	CreatedAt time.Time
+	// Attempt counts deliveries of this event to this sink, from 1.
+	Attempt int
+}
+
+// Sink publishes batches of events to one destination system.
+//
+// Publish delivers events in slice order and returns exactly one error per
+// event, at the same index: nil when the destination acknowledged the event,
+// otherwise an error the relay classifies with IsPermanent and IsUnavailable
+// (anything else is retried with backoff). Events sharing a Key must not be
+// reordered, and once one of them fails, the later ones of that key in the
+// same call must not be delivered: report them failed too (ErrSkipped).
+// Publish must honour ctx's deadline. The relay never calls Publish
+// concurrently on one Sink.
+//
+// Close flushes anything buffered and releases connections.
+type Sink interface {
+	Name() string
+	Publish(ctx context.Context, events []Event) []error
+	Close(ctx context.Context) error
+}
+
+// ErrSkipped is reported for an event a sink did not try because an earlier
+// event of the same key failed in the same call. It does not count as an
+// attempt.
+var ErrSkipped = errors.New("sinks: not attempted: an earlier event of the same key failed")
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as a failure that retrying cannot fix (a rejected
+// message, a payload over the destination's limit): the event is
+// dead-lettered at once. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string { return e.err.Error() }
+func (e unavailableError) Unwrap() error { return e.err }
+
+// Unavailable marks err as a failure of the destination itself rather than of
+// the event (connection refused, DNS failure, TLS handshake, authentication
+// refused, broker unavailable). The relay pauses the sink with backoff and
+// does not count the attempt against the event. Unavailable(nil) is nil.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return unavailableError{err}
+}
+
+// IsUnavailable reports whether err was marked with Unavailable.
+func IsUnavailable(err error) bool {
+	var u unavailableError
+	return errors.As(err, &u)
+}
+
+// Fill returns a slice of n copies of err: the result of a call that failed
+// as a whole.
+func Fill(n int, err error) []error {
+	out := make([]error, n)
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}
+
+// ContentTypeJSON is the content type of JSON payloads.
+const ContentTypeJSON = "application/json"
+
+// IsJSON reports whether a content type denotes JSON (application/json or a
+// +json suffix type), ignoring parameters.
+func IsJSON(contentType string) bool {
+	mt := contentType
+	for i := 0; i < len(mt); i++ {
+		if mt[i] == ';' {
+			mt = mt[:i]
+			break
+		}
+	}
+	for len(mt) > 0 && mt[len(mt)-1] == ' ' {
+		mt = mt[:len(mt)-1]
+	}
+	return mt == ContentTypeJSON || len(mt) > 5 && mt[len(mt)-5:] == "+json"
+}
+
+// TooLarge returns the permanent error for a payload over a sink's limit,
+// naming the event, the size and the limit.
+func TooLarge(e Event, size, limit int) error {
+	return Permanent(fmt.Errorf("event %s: message of %d bytes exceeds the sink's limit of %d bytes", e.ID, size, limit))
+}
