@@ -51,7 +51,7 @@ type Harness struct {
 	Received func(t *testing.T, destination string) []Received
 	// Payload optionally rewrites a JSON payload before publishing, for sinks
 	// that need particular fields (the email sink's recipient and subject).
-	Payload func(i int, key string) []byte
+	Payload  func(i int, key string) []byte
 	Features Features
 	// Timeout bounds each wait for the peer. Defaults to 10 seconds.
 	Timeout time.Duration

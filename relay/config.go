@@ -1,0 +1,288 @@
+package relay
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/sinks"
+)
+
+// Config configures a Relay. Zero fields take the default their comment
+// states; WithDefaults fills them and Validate names the first bad field.
+type Config struct {
+	// Tables names the outbox table. Defaults to public.outbox.
+	Tables migrations.Tables
+	// Owner identifies this relay in leases. Defaults to host-pid-random.
+	Owner string
+	// BatchSize is the most events claimed per round trip. Defaults to 500.
+	BatchSize int
+	// Lease is how long claimed events and lanes stay reserved to this relay
+	// without renewal; a crashed relay's work is taken over after it.
+	// Defaults to 30 seconds.
+	Lease time.Duration
+	// PollInterval is the longest an idle relay waits before looking for
+	// events when no notification arrives. Defaults to 1 second.
+	PollInterval time.Duration
+	// PollOnly disables LISTEN/NOTIFY: the relay only polls.
+	PollOnly bool
+	// MaxAttempts is the attempts per sink for events whose row sets none.
+	// Defaults to 10.
+	MaxAttempts int
+	// Backoff spaces retries of a failed event. Defaults to 1s doubling to 10m
+	// with 20% jitter.
+	Backoff Backoff
+	// SinkPause spaces probes of a sink that is down. Defaults to 1s doubling
+	// to 1m with 20% jitter.
+	SinkPause Backoff
+	// PublishTimeout bounds one Publish call. Defaults to Lease/2.
+	PublishTimeout time.Duration
+	// Retention keeps delivered rows (status done) for this long, removed by
+	// a cleaner in bounded batches; 0 deletes them as soon as they are
+	// delivered. Defaults to 0.
+	Retention time.Duration
+	// StopKeyOnDeadLetter holds back the rest of a key once one of its events
+	// is dead-lettered, until an operator replays or purges it. By default
+	// the key moves on.
+	StopKeyOnDeadLetter bool
+	// ShutdownTimeout bounds the finishing of in-flight work after the run
+	// context ends. Defaults to 30 seconds.
+	ShutdownTimeout time.Duration
+	// Routes map topics to sinks; the first route matching a topic applies.
+	Routes []Route
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Observer receives measurements (metrics). Defaults to none.
+	Observer Observer
+}
+
+// Backoff is an exponential backoff with jitter.
+type Backoff struct {
+	// Initial is the first delay.
+	Initial time.Duration
+	// Max caps the delay.
+	Max time.Duration
+	// Multiplier grows the delay each attempt. Defaults to 2.
+	Multiplier float64
+	// Jitter randomises each delay by ± this fraction. Defaults to 0.2;
+	// set a negative value for none.
+	Jitter float64
+}
+
+// Delay returns the delay after the given failed attempt (1 for the first).
+func (b Backoff) Delay(attempt int) time.Duration {
+	eb := &backoff.ExponentialBackOff{
+		InitialInterval:     b.Initial,
+		RandomizationFactor: max(b.Jitter, 0),
+		Multiplier:          b.Multiplier,
+		MaxInterval:         b.Max,
+		MaxElapsedTime:      0,
+		Stop:                backoff.Stop,
+		Clock:               backoff.SystemClock,
+	}
+	eb.Reset()
+	var d time.Duration
+	for range max(attempt, 1) {
+		d = eb.NextBackOff()
+	}
+	return d
+}
+
+func (b Backoff) withDefaults(initial, maxDelay time.Duration) Backoff {
+	if b.Initial == 0 {
+		b.Initial = initial
+	}
+	if b.Max == 0 {
+		b.Max = maxDelay
+	}
+	if b.Multiplier == 0 {
+		b.Multiplier = 2
+	}
+	if b.Jitter == 0 {
+		b.Jitter = 0.2
+	}
+	return b
+}
+
+func (b Backoff) validate(field string) error {
+	switch {
+	case b.Initial <= 0:
+		return fmt.Errorf("%s.initial: must be positive, got %s", field, b.Initial)
+	case b.Max < b.Initial:
+		return fmt.Errorf("%s.max: %s is less than initial %s", field, b.Max, b.Initial)
+	case b.Multiplier < 1:
+		return fmt.Errorf("%s.multiplier: must be at least 1, got %g", field, b.Multiplier)
+	case b.Jitter >= 1:
+		return fmt.Errorf("%s.jitter: must be below 1, got %g", field, b.Jitter)
+	}
+	return nil
+}
+
+// Route sends events whose topic matches one of Topics to every target.
+type Route struct {
+	// Topics are patterns: an exact topic, "*" for all, or a pattern where *
+	// matches any run of characters ("orders.*").
+	Topics []string
+	// Targets are the sinks, each with an optional destination template.
+	Targets []Target
+}
+
+// Target is one sink of a route.
+type Target struct {
+	Sink sinks.Sink
+	// Destination renders the Kafka topic, NATS subject… from the event
+	// (fields .Topic, .Key, .ID, .Headers). Nil means the event's topic.
+	Destination *template.Template
+}
+
+// DestinationData is what a destination template sees.
+type DestinationData struct {
+	ID, Topic, Key string
+	Headers        map[string]string
+}
+
+func (t Target) destination(e *sinks.Event) (string, error) {
+	if t.Destination == nil {
+		return e.Topic, nil
+	}
+	var b bytes.Buffer
+	if err := t.Destination.Execute(&b, DestinationData{ID: e.ID, Topic: e.Topic, Key: e.Key, Headers: e.Headers}); err != nil {
+		return "", fmt.Errorf("rendering destination for sink %s: %w", t.Sink.Name(), err)
+	}
+	if b.Len() == 0 {
+		return "", fmt.Errorf("destination for sink %s rendered empty", t.Sink.Name())
+	}
+	return b.String(), nil
+}
+
+// MatchTopic reports whether topic matches pattern, where * matches any run
+// of characters and everything else matches itself.
+func MatchTopic(pattern, topic string) bool {
+	star := strings.IndexByte(pattern, '*')
+	if star < 0 {
+		return pattern == topic
+	}
+	if !strings.HasPrefix(topic, pattern[:star]) {
+		return false
+	}
+	rest, tail := topic[star:], pattern[star+1:]
+	for i := 0; i <= len(rest); i++ {
+		if MatchTopic(tail, rest[i:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Tables = c.Tables.WithDefaults()
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16))
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	c.Backoff = c.Backoff.withDefaults(time.Second, 10*time.Minute)
+	c.SinkPause = c.SinkPause.withDefaults(time.Second, time.Minute)
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = c.Lease / 2
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
+	return c
+}
+
+// Validate returns an error naming the first invalid field (by its config
+// file key).
+func (c Config) Validate() error {
+	if err := c.Tables.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("relay.batch_size: must be between 1 and 10000, got %d", c.BatchSize)
+	case c.Lease < time.Second:
+		return fmt.Errorf("relay.lease: must be at least 1s, got %s", c.Lease)
+	case c.PollInterval <= 0:
+		return fmt.Errorf("relay.poll_interval: must be positive, got %s", c.PollInterval)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("relay.max_attempts: must be at least 1, got %d", c.MaxAttempts)
+	case c.PublishTimeout <= 0 || c.PublishTimeout >= c.Lease:
+		return fmt.Errorf("relay.publish_timeout: must be positive and below relay.lease (%s), got %s", c.Lease, c.PublishTimeout)
+	case c.Retention < 0:
+		return fmt.Errorf("relay.retention: must not be negative, got %s", c.Retention)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("relay.shutdown_timeout: must be positive, got %s", c.ShutdownTimeout)
+	case len(c.Owner) > 200:
+		return errors.New("relay.owner: longer than 200 bytes")
+	}
+	if err := c.Backoff.validate("relay.backoff"); err != nil {
+		return err
+	}
+	if err := c.SinkPause.validate("relay.sink_pause"); err != nil {
+		return err
+	}
+	if len(c.Routes) == 0 {
+		return errors.New("routes: at least one route is required")
+	}
+	names := map[string]sinks.Sink{}
+	for i, r := range c.Routes {
+		if len(r.Topics) == 0 {
+			return fmt.Errorf("routes[%d].topics: must list at least one topic pattern", i)
+		}
+		for j, p := range r.Topics {
+			if p == "" {
+				return fmt.Errorf("routes[%d].topics[%d]: must not be empty", i, j)
+			}
+		}
+		if len(r.Targets) == 0 {
+			return fmt.Errorf("routes[%d].sinks: must list at least one sink", i)
+		}
+		seen := map[string]bool{}
+		for j, t := range r.Targets {
+			if t.Sink == nil {
+				return fmt.Errorf("routes[%d].sinks[%d]: sink is nil", i, j)
+			}
+			name := t.Sink.Name()
+			if name == "" {
+				return fmt.Errorf("routes[%d].sinks[%d]: sink has an empty name", i, j)
+			}
+			if seen[name] {
+				return fmt.Errorf("routes[%d].sinks[%d]: sink %q listed twice", i, j, name)
+			}
+			seen[name] = true
+			if prev, ok := names[name]; ok && prev != t.Sink {
+				return fmt.Errorf("routes[%d].sinks[%d]: two different sinks are named %q", i, j, name)
+			}
+			names[name] = t.Sink
+		}
+	}
+	return nil
+}

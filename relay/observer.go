@@ -1,0 +1,42 @@
+package relay
+
+import "time"
+
+// Observer receives the relay's measurements; the metrics package implements
+// it. Methods are called from the relay's loop and must not block.
+type Observer interface {
+	// Claimed reports one claim round trip: how many events and how long.
+	Claimed(events int, took time.Duration)
+	// Published reports an event a sink acknowledged, with the time from the
+	// event's creation to the acknowledgement.
+	Published(sink, topic string, latency time.Duration)
+	// Failed reports a failed delivery; outcome is "retry", "dead" or "paused".
+	Failed(sink, topic, outcome string)
+	// DeadLettered reports an event moved to dead letter.
+	DeadLettered(topic string)
+	// SinkPaused reports a sink being paused (true) or resumed (false).
+	SinkPaused(sink string, paused bool)
+	// Recorded reports one outcome-recording round trip.
+	Recorded(events int, took time.Duration)
+}
+
+// NopObserver ignores every measurement.
+type NopObserver struct{}
+
+// Claimed implements Observer.
+func (NopObserver) Claimed(int, time.Duration) {}
+
+// Published implements Observer.
+func (NopObserver) Published(string, string, time.Duration) {}
+
+// Failed implements Observer.
+func (NopObserver) Failed(string, string, string) {}
+
+// DeadLettered implements Observer.
+func (NopObserver) DeadLettered(string) {}
+
+// SinkPaused implements Observer.
+func (NopObserver) SinkPaused(string, bool) {}
+
+// Recorded implements Observer.
+func (NopObserver) Recorded(int, time.Duration) {}
