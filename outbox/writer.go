@@ -1,0 +1,267 @@
+// Package outbox is the library applications call inside their own
+// transaction to enqueue events for Herald's relay.
+//
+// An application writes its business change and its events in one
+// transaction: either both commit or neither does. The relay then publishes
+// committed events to the sinks. Enqueue takes a pgx.Tx, EnqueueSQL a
+// database/sql *sql.Tx opened through the pgx stdlib driver; both write any
+// number of events in one round trip, in order.
+//
+// Applications in other languages need no library: an
+// INSERT INTO outbox (topic, key, payload) VALUES (...) is the whole contract,
+// every other column has a default.
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/heraldhq/herald/migrations"
+)
+
+// DefaultNotifyInterval is the NotifyInterval used when Config leaves it zero.
+const DefaultNotifyInterval = 20 * time.Millisecond
+
+// NotifyEveryCall is the NotifyInterval that notifies relays on every
+// Enqueue call: each transaction that enqueues then takes PostgreSQL's
+// notification lock at commit. Meant for low event rates and tests.
+const NotifyEveryCall time.Duration = -1
+
+// Config configures a Writer. The zero value writes to public.outbox and
+// wakes relays at most every DefaultNotifyInterval.
+type Config struct {
+	// Tables names the outbox table. Defaults to public.outbox.
+	Tables migrations.Tables
+	// NotifyInterval is the least time between two notifications sent by
+	// one Writer to wake relays listening on the table's channel.
+	//
+	// A NOTIFY inside a transaction takes a database-wide lock at commit that
+	// serialises every notifying commit, so notifying on every transaction
+	// caps the commit rate of every producer. Debouncing keeps that lock off
+	// most commits; the price is latency in rare cases: a relay that misses
+	// a debounced notification (because the notifying transaction rolled
+	// back, or committed before the others of its interval) finds those
+	// events on its next poll, or at once while it is busy.
+	//
+	// Defaults to DefaultNotifyInterval (20ms). A negative value, such as
+	// NotifyEveryCall, notifies on every Enqueue call.
+	NotifyInterval time.Duration
+	// DisableNotify never notifies: relays find events by polling only.
+	DisableNotify bool
+}
+
+// Writer enqueues events into the outbox table. It is safe for concurrent
+// use; create one per table and share it.
+type Writer struct {
+	tables         migrations.Tables
+	channel        string
+	notifyInterval time.Duration // < 0: every call
+	disableNotify  bool
+	insertSQL      string // the insert alone
+	notifySQL      string // the insert and a pg_notify, one statement
+
+	// start is the origin of lastNotify, read through the monotonic clock.
+	start time.Time
+	// lastNotify is when this Writer last added a notification, in
+	// nanoseconds since start; 0 means never.
+	lastNotify atomic.Int64
+}
+
+// NewWriter returns a Writer for cfg, after checking the table names.
+func NewWriter(cfg Config) (*Writer, error) {
+	tables := cfg.Tables.WithDefaults()
+	if err := tables.Validate(); err != nil {
+		return nil, fmt.Errorf("outbox: Config.Tables: %w", err)
+	}
+	interval := cfg.NotifyInterval
+	if interval == 0 {
+		interval = DefaultNotifyInterval
+	}
+	insert := insertSQL(tables)
+	return &Writer{
+		tables:         tables,
+		channel:        tables.Channel(),
+		notifyInterval: interval,
+		disableNotify:  cfg.DisableNotify,
+		insertSQL:      insert,
+		notifySQL:      "WITH ins AS (" + insert + ") SELECT pg_notify($11, '')",
+		start:          time.Now(),
+	}, nil
+}
+
+// insertSQL is the one statement that writes a batch: unnest zips the column
+// arrays into rows, WITH ORDINALITY and ORDER BY keep the slice order, so seq
+// follows it. Empty strings stand for NULL key, payload and content type.
+func insertSQL(t migrations.Tables) string {
+	return `INSERT INTO ` + t.Outbox() + ` (id, topic, key, payload, payload_bin, content_type, headers, available_at, max_attempts)
+SELECT u.id, u.topic, NULLIF(u.key, ''), NULLIF(u.payload, '')::json, u.payload_bin, NULLIF(u.content_type, ''),
+       u.headers::jsonb, COALESCE(u.available_at, now() + u.delay_us * interval '1 microsecond'), NULLIF(u.max_attempts, 0)
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[], $10::integer[])
+     WITH ORDINALITY AS u(id, topic, key, payload, payload_bin, content_type, headers, delay_us, available_at, max_attempts, ord)
+ORDER BY u.ord`
+}
+
+// Enqueue writes events in tx, in one round trip, and returns their ids in
+// order. The events become visible to relays when tx commits and vanish if
+// it rolls back. When any event is invalid it returns a *ValidationError and
+// writes nothing. Calling it with no events does nothing.
+func (w *Writer) Enqueue(ctx context.Context, tx pgx.Tx, events ...Event) ([]uuid.UUID, error) {
+	if tx == nil {
+		return nil, errors.New("outbox: Enqueue: nil transaction")
+	}
+	return w.enqueue(events, func(query string, args []any) error {
+		_, err := tx.Exec(ctx, query, args...)
+		return err
+	})
+}
+
+// EnqueueSQL is Enqueue for database/sql. tx must come from a *sql.DB opened
+// with the pgx driver (github.com/jackc/pgx/v5/stdlib), which passes the
+// column arrays through to PostgreSQL.
+func (w *Writer) EnqueueSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, error) {
+	if tx == nil {
+		return nil, errors.New("outbox: EnqueueSQL: nil transaction")
+	}
+	return w.enqueue(events, func(query string, args []any) error {
+		_, err := tx.ExecContext(ctx, query, args...)
+		return err
+	})
+}
+
+// enqueue validates and encodes events, then runs the statement with exec.
+func (w *Writer) enqueue(events []Event, exec func(query string, args []any) error) ([]uuid.UUID, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	for i := range events {
+		if err := events[i].validate(i); err != nil {
+			return nil, err
+		}
+	}
+	cols, err := encode(events)
+	if err != nil {
+		return nil, err
+	}
+	args := cols.args()
+	query := w.insertSQL
+	notify, claimed, previous := w.claimNotify()
+	if notify {
+		query = w.notifySQL
+		args = append(args, w.channel)
+	}
+	if err := exec(query, args); err != nil {
+		if claimed != 0 {
+			// No notification went out: let the next call send one.
+			w.lastNotify.CompareAndSwap(claimed, previous)
+		}
+		return nil, fmt.Errorf("outbox: inserting %d events into %s: %w", len(events), w.tables.Outbox(), err)
+	}
+	return cols.ids, nil
+}
+
+// claimNotify decides whether this call adds a notification. When a debounced
+// call does, it records the time it claimed and the record it replaced, so a
+// failed statement can give the claim back.
+func (w *Writer) claimNotify() (notify bool, claimed, previous int64) {
+	if w.disableNotify {
+		return false, 0, 0
+	}
+	if w.notifyInterval < 0 {
+		return true, 0, 0
+	}
+	now := int64(time.Since(w.start)) + 1 // + 1: never 0, which means never
+	previous = w.lastNotify.Load()
+	if previous != 0 && now-previous < int64(w.notifyInterval) {
+		return false, 0, 0
+	}
+	if !w.lastNotify.CompareAndSwap(previous, now) {
+		return false, 0, 0 // another call claimed this interval first
+	}
+	return true, now, previous
+}
+
+// emptyHeaders is the headers column of an event without headers.
+var emptyHeaders = []byte("{}")
+
+// columns holds a batch as one array per column, the parameters of the
+// insert statement.
+type columns struct {
+	ids          []uuid.UUID
+	topics       []string
+	keys         []string
+	payloads     [][]byte // JSON text; empty for binary payloads
+	payloadBins  [][]byte // nil (NULL) for JSON payloads
+	contentTypes []string
+	headers      [][]byte // JSON objects
+	delaysMicro  []int64
+	availableAt  []pgtype.Timestamptz
+	maxAttempts  []int32
+}
+
+// encode turns validated events into columns, drawing ids for those without.
+func encode(events []Event) (*columns, error) {
+	n := len(events)
+	c := &columns{
+		ids:          make([]uuid.UUID, n),
+		topics:       make([]string, n),
+		keys:         make([]string, n),
+		payloads:     make([][]byte, n),
+		payloadBins:  make([][]byte, n),
+		contentTypes: make([]string, n),
+		headers:      make([][]byte, n),
+		delaysMicro:  make([]int64, n),
+		availableAt:  make([]pgtype.Timestamptz, n),
+		maxAttempts:  make([]int32, n),
+	}
+	for i := range events {
+		e := &events[i]
+		id := e.ID
+		if id == uuid.Nil {
+			var err error
+			if id, err = uuid.NewV7(); err != nil {
+				return nil, fmt.Errorf("outbox: generating the id of events[%d]: %w", i, err)
+			}
+		}
+		c.ids[i] = id
+		c.topics[i] = e.Topic
+		c.keys[i] = e.Key
+		if e.payloadIsJSON() {
+			c.payloads[i] = e.Payload
+		} else {
+			c.payloadBins[i] = e.Payload
+			if e.Payload == nil {
+				c.payloadBins[i] = []byte{} // an empty body, not NULL
+			}
+		}
+		c.contentTypes[i] = e.ContentType
+		c.headers[i] = emptyHeaders
+		if len(e.Headers) > 0 {
+			h, err := json.Marshal(e.Headers)
+			if err != nil {
+				return nil, fmt.Errorf("outbox: encoding the headers of events[%d]: %w", i, err)
+			}
+			c.headers[i] = h
+		}
+		c.delaysMicro[i] = e.Delay.Microseconds()
+		c.availableAt[i] = pgtype.Timestamptz{Time: e.AvailableAt, Valid: !e.AvailableAt.IsZero()}
+		c.maxAttempts[i] = int32(e.MaxAttempts)
+	}
+	return c, nil
+}
+
+// args returns the statement's parameters $1 to $10, with room for $11.
+func (c *columns) args() []any {
+	args := make([]any, 10, 11)
+	args[0], args[1], args[2], args[3], args[4] = c.ids, c.topics, c.keys, c.payloads, c.payloadBins
+	args[5], args[6], args[7], args[8], args[9] = c.contentTypes, c.headers, c.delaysMicro, c.availableAt, c.maxAttempts
+	return args
+}
