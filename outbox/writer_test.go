@@ -284,7 +284,7 @@ func TestDuplicateIDIsRefusedByTheUniqueIndex(t *testing.T) {
 				t.Fatal(err)
 			}
 			for name, events := range map[string][]outbox.Event{
-				"already stored": {{Topic: "ok"}, {ID: id, Topic: "again"}},
+				"already stored":  {{Topic: "ok"}, {ID: id, Topic: "again"}},
 				"twice in a call": {{ID: uuid.Must(uuid.NewV7()), Topic: "x"}, {Topic: "y"}},
 			} {
 				if name == "twice in a call" {
