@@ -1,0 +1,471 @@
+// Package kafka is Herald's Kafka sink: it produces each event as one Kafka
+// record with github.com/segmentio/kafka-go.
+//
+// # Records
+//
+// The record's topic is the event's Destination, its key the event's Key (a
+// null key when the event has none), its value the payload byte for byte and
+// its timestamp the event's CreatedAt. Its headers are
+//
+//	herald-id     the event id, the consumers' dedupe key (HeaderID)
+//	herald-topic  the event's topic as the application wrote it (HeaderTopic)
+//	content-type  the payload's media type (HeaderContentType)
+//
+// followed by every event header, sorted by name. An event header named like
+// one of the three above is dropped: Herald's value wins.
+//
+// # Partitioning and order
+//
+// Keyed events are mapped to a partition by the configured balancer, murmur2
+// by default, the Java client's default partitioner: Herald and a Java
+// producer put one key on the same partition. Events without a key are spread
+// at random and carry no order.
+//
+// Publish sends a batch in rounds. A round holds up to batch_size events and
+// max_message_bytes bytes, and never two events of one key bound for two
+// topics, so all the round's events of a key travel in one produce request
+// to one partition, which the broker appends whole or not at all. Partitions
+// are written concurrently; rounds one after the other.
+//
+// # Delivery guarantee
+//
+// An event is reported delivered (nil) only when the partition leader
+// acknowledged it with the configured required_acks (all in-sync replicas by
+// default). Delivery is at least once: when a request times out after the
+// broker stored it, or Publish's context ends while a request is in flight,
+// the events are reported failed and the relay sends them again; consumers
+// dedupe on the herald-id header. Within a key, order is kept: once an event
+// of key K fails, the later events of K in the same call are not sent (they
+// fail with sinks.ErrSkipped), and the events of K that shared its produce
+// request fail with it. So a consumer never sees an event of K after a later
+// one of K, except for the redelivered duplicates of at-least-once delivery.
+//
+// # Errors
+//
+//   - An event over max_message_bytes, or a single record the broker rejects
+//     as too large, is permanent (dead-lettered): retrying cannot shrink it.
+//   - Connection refused, DNS and TLS failures, refused SASL authentication,
+//     a broker or enough in-sync replicas not available: sinks.Unavailable,
+//     so the relay pauses the sink without counting attempts.
+//   - A topic that does not exist is an ordinary, retried failure naming the
+//     topic: topics are often created by operators after the routes that
+//     use them, and dead-lettering every event until then would force a
+//     manual replay; the relay's attempt limit still bounds the retries.
+//     Only that topic's events fail; other topics in the same call go on.
+//   - Anything else (leader moved, request timed out, cancelled context) is
+//     retried.
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+// Header names Herald sets on every record.
+const (
+	// HeaderID carries the event id, the consumers' dedupe key.
+	HeaderID = "herald-id"
+	// HeaderTopic carries the event's topic as the application wrote it.
+	HeaderTopic = "herald-topic"
+	// HeaderContentType carries the payload's media type.
+	HeaderContentType = "content-type"
+)
+
+// Sink publishes events to Kafka. It implements sinks.Sink.
+type Sink struct {
+	name      string
+	cfg       Config
+	logger    *slog.Logger
+	transport *kafkago.Transport
+	writer    *kafkago.Writer
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+
+// New validates cfg, fills its defaults and returns a sink called name.
+// Connections are opened on first use, so New succeeds while the brokers are
+// down. A nil logger means slog.Default().
+func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka sink %s: %w", name, err)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	cfg = cfg.withDefaults()
+	tlsCfg, err := cfg.TLS.Build("tls")
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink %s: %w", name, err)
+	}
+	mech, err := cfg.SASL.mechanism()
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink %s: %w", name, err)
+	}
+	logger = logger.With("sink", name)
+	transport := &kafkago.Transport{ClientID: cfg.ClientID, TLS: tlsCfg, SASL: mech}
+	w := &kafkago.Writer{
+		Addr:                   kafkago.TCP(cfg.Brokers...),
+		Balancer:               balancers[cfg.Balancer](),
+		MaxAttempts:            cfg.MaxAttempts,
+		BatchSize:              cfg.BatchSize,
+		BatchBytes:             int64(cfg.MaxMessageBytes),
+		BatchTimeout:           cfg.BatchTimeout,
+		ReadTimeout:            cfg.WriteTimeout,
+		WriteTimeout:           cfg.WriteTimeout,
+		RequiredAcks:           acks[cfg.RequiredAcks],
+		Compression:            compressions[cfg.Compression],
+		Transport:              transport,
+		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
+		Completion:             recordBatchLen,
+		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
+			logger.Debug("kafka sink: writer: " + fmt.Sprintf(msg, args...))
+		}),
+	}
+	return &Sink{name: name, cfg: cfg, logger: logger, transport: transport, writer: w}, nil
+}
+
+// Name implements sinks.Sink.
+func (s *Sink) Name() string { return s.name }
+
+// Close implements sinks.Sink: it waits for in-flight produce requests and
+// closes the connections. When ctx ends first, Close returns ctx's error and
+// the requests finish in the background.
+func (s *Sink) Close(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() {
+		err := s.writer.Close()
+		s.transport.CloseIdleConnections()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("closing kafka sink %s: %w", s.name, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("closing kafka sink %s: %w", s.name, ctx.Err())
+	}
+}
+
+// round is the events sent together: at most one produce request per
+// partition.
+type round struct {
+	idx     []int             // indexes into the events
+	msgs    []kafkago.Message // msgs[k] encodes events[idx[k]]
+	lens    []int             // lens[k]: messages in msgs[k]'s request, set by recordBatchLen
+	bytes   int
+	keyDest map[string]string // key → destination within the round
+}
+
+func (r *round) reset() {
+	r.idx, r.msgs, r.lens, r.bytes = r.idx[:0], r.msgs[:0], r.lens[:0], 0
+	clear(r.keyDest)
+}
+
+// Publish implements sinks.Sink. See the package documentation for the
+// guarantees and the errors.
+func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
+	errs := make([]error, len(events))
+	failed := map[string]bool{} // keys with a failed event in this call
+	r := round{keyDest: map[string]string{}}
+	for i := 0; i < len(events); {
+		if err := ctx.Err(); err != nil {
+			for ; i < len(events); i++ {
+				errs[i] = wrap(events[i], err)
+			}
+			break
+		}
+		i = s.fill(&r, events, i, errs, failed)
+		if len(r.idx) > 0 {
+			s.send(ctx, &r, events, errs)
+		}
+		for _, j := range r.idx {
+			if errs[j] != nil && events[j].Key != "" {
+				failed[events[j].Key] = true
+			}
+		}
+	}
+	return errs
+}
+
+// fill resets r and adds events from start on, until the round is full; it
+// returns the index of the first event left for the next round. Events it
+// settles without sending (skipped, too large) get their error in errs.
+func (s *Sink) fill(r *round, events []sinks.Event, start int, errs []error, failed map[string]bool) int {
+	r.reset()
+	i := start
+	for ; i < len(events); i++ {
+		e := &events[i]
+		if e.Key != "" && failed[e.Key] {
+			errs[i] = wrap(*e, sinks.ErrSkipped)
+			continue
+		}
+		m := encode(*e)
+		size := messageSize(&m)
+		if size > s.cfg.MaxMessageBytes {
+			errs[i] = fmt.Errorf("publishing to kafka topic %q (max_message_bytes): %w",
+				e.Destination, sinks.TooLarge(*e, size, s.cfg.MaxMessageBytes))
+			if e.Key != "" {
+				failed[e.Key] = true
+			}
+			continue
+		}
+		if len(r.idx) > 0 && (len(r.idx) >= s.cfg.BatchSize || r.bytes+size > s.cfg.MaxMessageBytes) {
+			break
+		}
+		if e.Key != "" {
+			if d, ok := r.keyDest[e.Key]; ok && d != e.Destination {
+				break
+			}
+			r.keyDest[e.Key] = e.Destination
+		}
+		r.idx = append(r.idx, i)
+		r.msgs = append(r.msgs, m)
+		r.lens = append(r.lens, 0)
+		r.bytes += size
+	}
+	return i
+}
+
+// send writes a round, one WriteMessages call per topic (concurrently when
+// there are several), so that a topic that does not exist fails only its
+// own events.
+func (s *Sink) send(ctx context.Context, r *round, events []sinks.Event, errs []error) {
+	for k := range r.msgs {
+		r.msgs[k].WriterData = &r.lens[k]
+	}
+	byTopic := map[string][]int{} // topic → positions in the round
+	var topics []string
+	for k, m := range r.msgs {
+		if _, ok := byTopic[m.Topic]; !ok {
+			topics = append(topics, m.Topic)
+		}
+		byTopic[m.Topic] = append(byTopic[m.Topic], k)
+	}
+	if len(topics) == 1 {
+		s.write(ctx, r, r.msgs, byTopic[topics[0]], events, errs)
+		return
+	}
+	done := make(chan struct{}, len(topics))
+	for _, t := range topics {
+		pos := byTopic[t]
+		msgs := make([]kafkago.Message, len(pos))
+		for n, k := range pos {
+			msgs[n] = r.msgs[k]
+		}
+		go func() {
+			s.write(ctx, r, msgs, pos, events, errs)
+			done <- struct{}{}
+		}()
+	}
+	for range topics {
+		<-done
+	}
+}
+
+// write sends msgs (all of one topic; msgs[n] is the round's message at
+// position pos[n]) and records one result per event.
+func (s *Sink) write(ctx context.Context, r *round, msgs []kafkago.Message, pos []int, events []sinks.Event, errs []error) {
+	err := s.writer.WriteMessages(ctx, msgs...)
+	if err == nil {
+		return
+	}
+	var werrs kafkago.WriteErrors
+	isWriteErrors := errors.As(err, &werrs) && len(werrs) == len(msgs)
+	var tooLarge []int // positions rejected by the broker as part of a too large request
+	for n, k := range pos {
+		e := events[r.idx[k]]
+		if !isWriteErrors {
+			errs[r.idx[k]] = s.classify(e, err)
+			continue
+		}
+		if werrs[n] == nil {
+			continue
+		}
+		if isTooLarge(werrs[n]) && r.lens[k] > 1 {
+			tooLarge = append(tooLarge, k)
+			continue
+		}
+		errs[r.idx[k]] = s.classify(e, werrs[n])
+	}
+	if len(tooLarge) > 0 {
+		s.resendAlone(ctx, r, tooLarge, events, errs)
+	}
+}
+
+// resendAlone sends, one record per request and in order, the messages of
+// produce requests the broker rejected as too large although each message
+// fits max_message_bytes: the topic's max.message.bytes is below the sink's
+// max_message_bytes. Each message is then accepted, or rejected on its own
+// and failed permanently; the later messages of its key are skipped.
+func (s *Sink) resendAlone(ctx context.Context, r *round, pos []int, events []sinks.Event, errs []error) {
+	s.logger.WarnContext(ctx, "kafka sink: broker rejected a produce request as too large; resending its records one by one; lower max_message_bytes to the topic's max.message.bytes",
+		"topic", r.msgs[pos[0]].Topic, "records", len(pos), "max_message_bytes", s.cfg.MaxMessageBytes)
+	failed := map[string]bool{}
+	for _, k := range pos {
+		e := events[r.idx[k]]
+		if e.Key != "" && failed[e.Key] {
+			errs[r.idx[k]] = wrap(e, sinks.ErrSkipped)
+			continue
+		}
+		if err := s.writer.WriteMessages(ctx, r.msgs[k]); err != nil {
+			var werrs kafkago.WriteErrors
+			if errors.As(err, &werrs) && len(werrs) == 1 {
+				err = werrs[0]
+			}
+			errs[r.idx[k]] = s.classify(e, err)
+			if e.Key != "" {
+				failed[e.Key] = true
+			}
+		}
+	}
+}
+
+// recordBatchLen is the writer's Completion callback: it tells each message
+// how many messages shared its produce request.
+func recordBatchLen(msgs []kafkago.Message, _ error) {
+	for i := range msgs {
+		if p, ok := msgs[i].WriterData.(*int); ok {
+			*p = len(msgs)
+		}
+	}
+}
+
+func wrap(e sinks.Event, err error) error {
+	return fmt.Errorf("publishing event %s to kafka topic %q: %w", e.ID, e.Destination, err)
+}
+
+func isTooLarge(err error) bool {
+	return errors.Is(err, kafkago.MessageSizeTooLarge) || errors.Is(err, kafkago.RecordListTooLarge)
+}
+
+// classify wraps err, the failure to publish e, with the marker the relay
+// acts on.
+func (s *Sink) classify(e sinks.Event, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return wrap(e, err)
+	case isTooLarge(err):
+		return sinks.Permanent(wrap(e, fmt.Errorf(
+			"the broker rejected the record as larger than the topic's max.message.bytes (max_message_bytes is %d; lower it to the topic's limit): %w",
+			s.cfg.MaxMessageBytes, err)))
+	case errors.Is(err, kafkago.UnknownTopicOrPartition):
+		if s.cfg.AllowAutoTopicCreation {
+			return wrap(e, fmt.Errorf("topic %q does not exist and the broker did not create it: %w", e.Destination, err))
+		}
+		return wrap(e, fmt.Errorf("topic %q does not exist (allow_auto_topic_creation is off); retrying until it is created: %w", e.Destination, err))
+	case errors.Is(err, io.ErrClosedPipe):
+		return wrap(e, fmt.Errorf("sink %s is closed: %w", s.name, err))
+	case isUnavailable(err):
+		return sinks.Unavailable(wrap(e, err))
+	}
+	return wrap(e, err)
+}
+
+// isUnavailable reports whether err says the cluster, rather than the
+// event, is the problem.
+func isUnavailable(err error) bool {
+	var kerr kafkago.Error
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case kafkago.BrokerNotAvailable, kafkago.NetworkException,
+			kafkago.NotEnoughReplicas, kafkago.NotEnoughReplicasAfterAppend,
+			kafkago.SASLAuthenticationFailed, kafkago.UnsupportedSASLMechanism, kafkago.IllegalSASLState,
+			kafkago.ClusterAuthorizationFailed, kafkago.KafkaStorageError:
+			return true
+		}
+		return false
+	}
+	var (
+		opErr    *net.OpError
+		dnsErr   *net.DNSError
+		verifyEr *tls.CertificateVerificationError
+		unknownA x509.UnknownAuthorityError
+		hostErr  x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		recErr   tls.RecordHeaderError
+		alertErr tls.AlertError
+	)
+	switch {
+	case errors.As(err, &opErr), errors.As(err, &dnsErr),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.As(err, &verifyEr), errors.As(err, &unknownA), errors.As(err, &hostErr), errors.As(err, &invalid),
+		errors.As(err, &recErr), errors.As(err, &alertErr):
+		return true
+	}
+	return false
+}
+
+// encode turns an event into the record Publish sends (see the package
+// documentation). The key and the header values share one allocation.
+func encode(e sinks.Event) kafkago.Message {
+	n := len(e.Key) + len(e.ID) + len(e.Topic) + len(e.ContentType)
+	for _, v := range e.Headers {
+		n += len(v)
+	}
+	buf := make([]byte, 0, n)
+	take := func(s string) []byte {
+		start := len(buf)
+		buf = append(buf, s...)
+		return buf[start:len(buf):len(buf)]
+	}
+	m := kafkago.Message{Topic: e.Destination, Value: e.Payload, Time: e.CreatedAt}
+	if e.Key != "" {
+		m.Key = take(e.Key)
+	}
+	if m.Time.IsZero() {
+		m.Time = time.Now()
+	}
+	hs := make([]kafkago.Header, 3, 3+len(e.Headers))
+	hs[0] = kafkago.Header{Key: HeaderID, Value: take(e.ID)}
+	hs[1] = kafkago.Header{Key: HeaderTopic, Value: take(e.Topic)}
+	hs[2] = kafkago.Header{Key: HeaderContentType, Value: take(e.ContentType)}
+	for k, v := range e.Headers {
+		if k == HeaderID || k == HeaderTopic || k == HeaderContentType {
+			continue
+		}
+		hs = append(hs, kafkago.Header{Key: k, Value: take(v)})
+	}
+	slices.SortFunc(hs[3:], func(a, b kafkago.Header) int { return strings.Compare(a.Key, b.Key) })
+	m.Headers = hs
+	return m
+}
+
+// messageSize is the size kafka-go accounts for m against its batch limit
+// (key, value, headers and fixed framing); max_message_bytes is checked
+// against it.
+func messageSize(m *kafkago.Message) int {
+	n := varintLen(len(m.Headers))
+	for _, h := range m.Headers {
+		n += varintLen(len(h.Key)) + len(h.Key) + varintLen(len(h.Value)) + len(h.Value)
+	}
+	// crc/attributes/magic (4+1+1), key and value with int32 lengths, timestamp.
+	return n + 4 + 1 + 1 + 4 + len(m.Key) + 4 + len(m.Value) + 8
+}
+
+// varintLen is the length of n as a zigzag varint.
+func varintLen(n int) int {
+	u := uint64(n) << 1
+	l := 1
+	for u >= 0x80 {
+		u >>= 7
+		l++
+	}
+	return l
+}
