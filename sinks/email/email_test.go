@@ -732,7 +732,10 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown default template", func(c *email.Config) { c.Template = "welcome" }, "template: no welcome.txt or welcome.html"},
 		{"negative timeout", func(c *email.Config) { c.Timeout = -time.Second }, "timeout: must be positive"},
 		{"empty path segment", func(c *email.Config) { c.ToField = "customer..email" }, `to_field: "customer..email" has an empty path segment`},
-		{"unreadable ca_file", func(c *email.Config) { c.SMTP.TLS = "starttls"; c.SMTP.TLSConfig.CAFile = filepath.Join(empty, "ca.pem") }, "smtp.tls_config.ca_file:"},
+		{"unreadable ca_file", func(c *email.Config) {
+			c.SMTP.TLS = "starttls"
+			c.SMTP.TLSConfig.CAFile = filepath.Join(empty, "ca.pem")
+		}, "smtp.tls_config.ca_file:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good
