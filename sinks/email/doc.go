@@ -41,16 +41,16 @@
 //   - a payload the sink cannot turn into an email (not a JSON object, no or
 //     an invalid recipient, no subject or template and no default, an
 //     unknown template, a template failing on the payload), a message over
-//     the server's advertised SIZE (sinks.TooLarge), or a 5xx refusal of
-//     the sender, a recipient or the message: sinks.Permanent, naming the
-//     event and the field or the server's reply;
+//     the server's advertised SIZE (sinks.TooLarge), or a 5xx refusal of a
+//     recipient or of the message: sinks.Permanent, naming the event and
+//     the field or the server's reply;
 //   - a 4xx refusal, a connection lost while sending: a plain (retryable)
 //     error;
 //   - a server out of reach — connection refused, DNS, timeout, TLS
 //     handshake or certificate, STARTTLS required but not offered,
-//     authentication refused or required (530, 534, 535, 538, 454), 421 on
-//     connecting: sinks.Unavailable, for this event and the rest of the
-//     call.
+//     authentication refused or required (530, 534, 535, 538, 454), a 5xx
+//     refusal of the configured sender, 421 on connecting:
+//     sinks.Unavailable, for this event and the rest of the call.
 //
 // Once an event of a key fails, the later events of that key in the same
 // call are not sent and report sinks.ErrSkipped. After a refusal the sink

@@ -186,7 +186,7 @@ func (s *Sink) transact(e sinks.Event, m *message) (sent bool, err error) {
 		opts.UTF8 = true
 	}
 	if err := c.Mail(s.from.Address, opts); err != nil {
-		return false, fmt.Errorf("MAIL FROM: %w", err)
+		return false, senderError{fmt.Errorf("MAIL FROM:<%s>: %w", s.from.Address, err)}
 	}
 	for _, to := range m.to {
 		if err := c.Rcpt(to, nil); err != nil {
@@ -208,11 +208,15 @@ func (s *Sink) transact(e sinks.Event, m *message) (sent bool, err error) {
 
 // refused turns the server's refusal of e into the sink's error: 5xx is
 // permanent, 4xx retryable, and a refusal of the client itself
-// (authentication) unavailable. It resets the transaction so the connection
+// (authentication, the configured sender) unavailable. It resets the transaction so the connection
 // serves the next event.
 func (s *Sink) refused(e sinks.Event, smtpErr *smtp.SMTPError, err error) error {
 	err = fmt.Errorf("publishing event %s to %s: %w", e.ID, s.name, err)
-	if isAuthCode(smtpErr.Code) {
+	var sender senderError
+	if isAuthCode(smtpErr.Code) || errors.As(err, &sender) && smtpErr.Code >= 500 && smtpErr.Code != 552 {
+		// The sender is the same for every event: its refusal (other than
+		// for the message's size) is a configuration problem, not the
+		// event's.
 		s.drop()
 		return sinks.Unavailable(err)
 	}
@@ -224,6 +228,12 @@ func (s *Sink) refused(e sinks.Event, smtpErr *smtp.SMTPError, err error) error 
 	}
 	return err
 }
+
+// senderError marks the server's answer to MAIL FROM.
+type senderError struct{ err error }
+
+func (e senderError) Error() string { return e.err.Error() }
+func (e senderError) Unwrap() error { return e.err }
 
 // isAuthCode reports the replies that refuse this client rather than one
 // message: authentication required, too weak, failed or needing encryption.

@@ -44,6 +44,9 @@ func config(ts *testServer) email.Config {
 
 func newSink(t *testing.T, cfg email.Config, logger *slog.Logger) *email.Sink {
 	t.Helper()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	s, err := email.New("mail", cfg, logger)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -413,6 +416,21 @@ func TestServerRefusals(t *testing.T) {
 	}
 	if n := ts.sessionCount(); n != 1 {
 		t.Errorf("server saw %d sessions, want the one connection reused throughout", n)
+	}
+}
+
+func TestSenderRefusedIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, serverOpts{})
+	cfg := config(ts)
+	cfg.From = "blocked@example.com"
+	s := newSink(t, cfg, nil)
+	errs := publish(t, s, sinktest.Event("orders.sender", "a", order("a@example.com", nil)),
+		sinktest.Event("orders.sender", "b", order("b@example.com", nil)))
+	for i, err := range errs {
+		if !sinks.IsUnavailable(err) || sinks.IsPermanent(err) || !strings.Contains(err.Error(), "553") {
+			t.Fatalf("event %d: %v, want unavailable with the server's 553", i, err)
+		}
 	}
 }
 

@@ -154,7 +154,7 @@ func (s *Sink) render(e sinks.Event) (*message, error) {
 		m.utf8 = m.utf8 || !isASCII(a.Address)
 	}
 	b.WriteString("\r\n")
-	header(&b, "Subject", mime.QEncoding.Encode("utf-8", subject))
+	header(&b, "Subject", fold(mime.QEncoding.Encode("utf-8", subject), len("Subject: ")))
 	header(&b, "Message-ID", "<"+e.ID+"@"+s.domain+">")
 	header(&b, "MIME-Version", "1.0")
 	header(&b, "Auto-Submitted", "auto-generated")
@@ -166,7 +166,7 @@ func (s *Sink) render(e sinks.Event) (*message, error) {
 	switch {
 	case hasText && hasHTML:
 		mw := multipart.NewWriter(&b)
-		header(&b, "Content-Type", `multipart/alternative; boundary="`+mw.Boundary()+`"`)
+		header(&b, "Content-Type", "multipart/alternative;\r\n boundary=\""+mw.Boundary()+"\"")
 		b.WriteString("\r\n")
 		for _, part := range []struct {
 			mediaType string
@@ -203,6 +203,30 @@ func header(b *bytes.Buffer, name, value string) {
 	b.WriteString(": ")
 	b.WriteString(value)
 	b.WriteString("\r\n")
+}
+
+// fold breaks a header value at spaces so that lines stay within 78
+// characters where the value allows it (RFC 5322 section 2.2.3); used is the
+// length of the line's start ("Subject: ").
+func fold(value string, used int) string {
+	if used+len(value) <= 78 {
+		return value
+	}
+	var b strings.Builder
+	line := used
+	for i, word := range strings.Split(value, " ") {
+		if i > 0 {
+			if line+1+len(word) > 78 {
+				b.WriteString("\r\n")
+				line = 0
+			}
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	return b.String()
 }
 
 func singlePart(b *bytes.Buffer, mediaType string, body []byte) {

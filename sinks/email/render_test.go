@@ -1,6 +1,11 @@
 package email
 
 import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"net/mail"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +65,42 @@ func BenchmarkRender(b *testing.B) {
 		size = len(m.data)
 	}
 	b.ReportMetric(float64(size), "bytes/msg")
+}
+
+func TestLongSubjectsAreFolded(t *testing.T) {
+	t.Parallel()
+	s, err := New("mail", Config{SMTP: SMTPConfig{Host: "localhost"}, From: "shop@example.com",
+		TemplatesDir: "testdata/templates", Template: "order_paid"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{
+		strings.TrimSpace(strings.Repeat("Your order is paid, thank you. ", 60)),
+		strings.TrimSpace(strings.Repeat("Ihre Bestellung ist bezahlt — danke schön. ", 60)),
+		"Short",
+	} {
+		payload, _ := json.Marshal(map[string]any{"to": "a@example.com", "subject": subject, "order_id": "1",
+			"customer": map[string]any{"name": "Ann"}, "total": "1", "currency": "EUR", "items": []any{}})
+		m, err := s.render(sinks.Event{ID: "id-1", ContentType: sinks.ContentTypeJSON, Payload: payload})
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, _, _ := bytes.Cut(m.data, []byte("\r\n\r\n"))
+		for _, line := range strings.Split(string(head), "\r\n") {
+			// Over 78 characters only where no space allows a break: one
+			// encoded word (75 characters) after the header name.
+			_, value, named := strings.Cut(line, ": ")
+			if len(line) > 78 && (len(line) > 998 || !named || strings.Contains(value, " ")) {
+				t.Fatalf("header line of %d characters: %q", len(line), line)
+			}
+		}
+		msg, err := mail.ReadMessage(bytes.NewReader(m.data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject"))
+		if err != nil || got != subject {
+			t.Fatalf("decoded subject %q (%v), want %q", got, err, subject)
+		}
+	}
 }

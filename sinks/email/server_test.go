@@ -56,7 +56,7 @@ func (r received) header(name string) string {
 }
 
 // testServer is a real go-smtp server on a free 127.0.0.1 port whose
-// backend stores what it accepts. Recipients steer failures by their local
+// backend stores what it accepts. It refuses the sender blocked@ (553). Recipients steer failures by their local
 // part: reject550@, busy451@ (RCPT), rejectdata554@, busydata452@ (DATA),
 // hang@ (DATA never answers until the test ends).
 type testServer struct {
@@ -148,6 +148,9 @@ func (s *session) Auth(string) (sasl.Server, error) {
 func (s *session) Mail(from string, _ *smtp.MailOptions) error {
 	if s.ts.opts.user != "" && s.user == "" {
 		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "Authentication required"}
+	}
+	if strings.HasPrefix(from, "blocked@") {
+		return &smtp.SMTPError{Code: 553, EnhancedCode: smtp.EnhancedCode{5, 7, 1}, Message: "Sender address rejected"}
 	}
 	s.from = from
 	return nil
