@@ -1,0 +1,406 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+func TestDeliversCommittedEventsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sink := &testSink{name: "mem", rec: b.rec}
+	b.start(t, b.config(t, sink))
+
+	// A rolled-back transaction leaves nothing to publish.
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+b.tables.Outbox()+` (topic, key, payload) VALUES ('orders.paid', 'o-1', '{"rolled":"back"}')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seqs := b.insert(t, ev{topic: "orders.paid", key: "o-2"}, ev{topic: "orders.paid"}, ev{topic: "orders.created", key: "o-3"})
+	waitFor(t, 10*time.Second, "3 deliveries", func() bool { return len(b.rec.all()) >= 3 })
+	time.Sleep(200 * time.Millisecond) // anything extra would show up now
+	exactlyOnce(t, b.rec.all(), "mem", seqs)
+	waitFor(t, 5*time.Second, "rows deleted", func() bool { return b.count(t, "true") == 0 })
+}
+
+func TestManyRelaysKeepKeyOrder(t *testing.T) {
+	t.Parallel()
+	for _, keys := range []int{200, 5} {
+		t.Run(fmt.Sprintf("%dkeys", keys), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			const events = 20000
+			evs := make([]ev, events)
+			for i := range evs {
+				evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%keys)}
+				if i%50 == 0 {
+					evs[i].key = "" // some events have no key
+				}
+			}
+			var seqs []int64
+			for i := 0; i < events; i += 5000 {
+				seqs = append(seqs, b.insert(t, evs[i:i+5000]...)...)
+			}
+			for i := range 3 {
+				// Each relay has its own sink instance (Publish is never
+				// concurrent on one sink), all writing to one recorder.
+				cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+				cfg.Owner = fmt.Sprintf("relay-%d", i)
+				b.start(t, cfg)
+			}
+			waitFor(t, 60*time.Second, "all events delivered", func() bool { return len(b.rec.all()) >= events })
+			got := b.rec.all()
+			exactlyOnce(t, got, "mem", seqs)
+			checkKeyOrder(t, got)
+			waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+		})
+	}
+}
+
+func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int32
+	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
+		if e.Topic == "bad" {
+			calls.Add(1)
+			return fmt.Errorf("attempt %d: %w", e.Attempt, errBoom)
+		}
+		return nil
+	}}
+	cfg := b.config(t, sink)
+	cfg.MaxAttempts = 4
+	cfg.Backoff = Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second, Multiplier: 2, Jitter: -1}
+	start := time.Now()
+	seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "other"})
+	b.start(t, cfg)
+
+	// The other key is not held back.
+	waitFor(t, 5*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
+	if first := b.rec.all()[0]; first.seq != seqs[2] {
+		t.Fatalf("first delivery was seq %d, want the other key's %d", first.seq, seqs[2])
+	}
+	// Attempts at ~0, 200, 600, 1400 ms: dead after the fourth.
+	waitFor(t, 10*time.Second, "dead letter", func() bool { return b.count(t, "status = 'dead'") == 1 })
+	elapsed := time.Since(start)
+	if elapsed < 1400*time.Millisecond {
+		t.Fatalf("dead-lettered after %s; backoff of 200ms+400ms+800ms not respected", elapsed)
+	}
+	if got := calls.Load(); got != 4 {
+		t.Fatalf("sink saw %d attempts, want 4", got)
+	}
+	var attempts int
+	var lastErr string
+	var deliveries []byte
+	if err := b.pool.QueryRow(context.Background(), "SELECT attempts, last_error, deliveries FROM "+b.tables.Outbox()+" WHERE seq = $1",
+		seqs[0]).Scan(&attempts, &lastErr, &deliveries); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 4 || !strings.Contains(lastErr, "mem: attempt 4: boom") {
+		t.Fatalf("dead row: attempts %d, last_error %q", attempts, lastErr)
+	}
+	var d map[string]delivery
+	if err := json.Unmarshal(deliveries, &d); err != nil || d["mem"].State != stateDead || d["mem"].Attempts != 4 {
+		t.Fatalf("deliveries = %s (%v)", deliveries, err)
+	}
+	// Once the head is dead, the key moves on: its follower is delivered.
+	waitFor(t, 5*time.Second, "follower delivered", func() bool { return len(b.rec.all()) >= 2 })
+	got := b.rec.all()
+	if got[1].seq != seqs[1] {
+		t.Fatalf("second delivery seq %d, want follower %d", got[1].seq, seqs[1])
+	}
+	if got[1].at.Sub(start) < 1400*time.Millisecond {
+		t.Fatalf("follower delivered %s after start, before its head was dead-lettered", got[1].at.Sub(start))
+	}
+	waitFor(t, 5*time.Second, "holds cleared", func() bool {
+		var n int
+		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.tables.Holds()).Scan(&n)
+		return n == 0
+	})
+}
+
+func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
+		if e.Topic == "bad" {
+			return sinks.Permanent(fmt.Errorf("rejected: %w", errBoom))
+		}
+		return nil
+	}}
+	seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"})
+	b.start(t, b.config(t, sink))
+	waitFor(t, 5*time.Second, "follower delivered", func() bool { return len(b.rec.all()) == 1 })
+	if got := b.rec.all()[0].seq; got != seqs[1] {
+		t.Fatalf("delivered seq %d, want %d", got, seqs[1])
+	}
+	var attempts int
+	var status, lastErr string
+	if err := b.pool.QueryRow(context.Background(), "SELECT status, attempts, last_error FROM "+b.tables.Outbox()+" WHERE seq = $1",
+		seqs[0]).Scan(&status, &attempts, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if status != "dead" || attempts != 1 || !strings.Contains(lastErr, "rejected: boom") {
+		t.Fatalf("row: status %s attempts %d last_error %q", status, attempts, lastErr)
+	}
+}
+
+func TestFailingHeadHoldsOnlyItsKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var failures atomic.Int32
+	sink := &testSink{name: "mem", rec: b.rec}
+	head := int64(0)
+	sink.fail = func(e sinks.Event) error {
+		if e.Seq == atomic.LoadInt64(&head) && failures.Add(1) <= 2 {
+			return errBoom
+		}
+		return nil
+	}
+	var evs []ev
+	for i := range 30 {
+		evs = append(evs, ev{topic: "t", key: []string{"a", "b", "c"}[i%3]})
+	}
+	seqs := b.insert(t, evs...)
+	atomic.StoreInt64(&head, seqs[0]) // key a's first event fails twice
+	b.start(t, b.config(t, sink))
+	waitFor(t, 10*time.Second, "all delivered", func() bool { return len(b.rec.all()) >= 30 })
+	got := b.rec.all()
+	exactlyOnce(t, got, "mem", seqs)
+	checkKeyOrder(t, got)
+	// b and c were not held back: all of them arrived before a's head.
+	var headAt time.Time
+	for _, g := range got {
+		if g.seq == seqs[0] {
+			headAt = g.at
+			if g.attempt != 3 {
+				t.Fatalf("head delivered on attempt %d, want 3", g.attempt)
+			}
+		}
+	}
+	for _, g := range got {
+		if g.key != "a" && g.at.After(headAt) {
+			t.Fatalf("key %s event %d waited for key a's head", g.key, g.seq)
+		}
+	}
+}
+
+func TestDelayedEventsAreNotPublishedEarly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sink := &testSink{name: "mem", rec: b.rec}
+	start := time.Now()
+	b.insert(t, ev{topic: "later", key: "k", delay: 1500 * time.Millisecond})
+	b.insert(t, ev{topic: "now", key: "k"})
+	b.start(t, b.config(t, sink))
+	waitFor(t, 10*time.Second, "both delivered", func() bool { return len(b.rec.all()) == 2 })
+	for _, g := range b.rec.all() {
+		if g.at.Sub(start) < 1500*time.Millisecond && g.seq == 1 {
+			t.Fatalf("delayed event published after %s", g.at.Sub(start))
+		}
+	}
+	if got := b.rec.all(); got[0].seq != 2 {
+		t.Fatalf("the undelayed event should go first; got seq %d first", got[0].seq)
+	}
+}
+
+func TestSinkDownLosesAndDeadLettersNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var down atomic.Bool
+	down.Store(true)
+	downSink := &testSink{name: "down", rec: b.rec, fail: func(e sinks.Event) error {
+		if down.Load() {
+			return sinks.Unavailable(fmt.Errorf("dial tcp: connection refused"))
+		}
+		return nil
+	}}
+	upSink := &testSink{name: "up", rec: b.rec}
+	cfg := b.config(t)
+	cfg.MaxAttempts = 2
+	cfg.Backoff = Backoff{Initial: 20 * time.Millisecond, Max: 40 * time.Millisecond, Jitter: -1}
+	cfg.Routes = []Route{
+		{Topics: []string{"orders.*"}, Targets: []Target{{Sink: upSink}, {Sink: downSink}}},
+		{Topics: []string{"*"}, Targets: []Target{{Sink: upSink}}},
+	}
+	var evs []ev
+	for i := range 60 {
+		evs = append(evs, ev{topic: "orders.paid", key: fmt.Sprintf("o%d", i%6)})
+	}
+	seqs := b.insert(t, evs...)
+	b.start(t, cfg)
+	// The healthy sink keeps receiving everything while the other is down,
+	// far longer than max_attempts × backoff.
+	waitFor(t, 10*time.Second, "up sink received all", func() bool { return len(b.rec.forSink("up")) >= 60 })
+	time.Sleep(time.Second)
+	if n := b.count(t, "status = 'dead'"); n != 0 {
+		t.Fatalf("%d events dead-lettered while their sink was down", n)
+	}
+	if n := b.count(t, "attempts > 0"); n != 0 {
+		t.Fatalf("%d events spent attempts while their sink was down", n)
+	}
+	down.Store(false)
+	waitFor(t, 10*time.Second, "down sink caught up", func() bool { return len(b.rec.forSink("down")) >= 60 })
+	got := b.rec.all()
+	exactlyOnce(t, got, "up", seqs)
+	exactlyOnce(t, got, "down", seqs)
+	checkKeyOrder(t, got)
+	waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+}
+
+func TestFanOutRetriesOnlyTheFailedSink(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var fails atomic.Int32
+	okSink := &testSink{name: "kafka", rec: b.rec}
+	flaky := &testSink{name: "webhook", rec: b.rec, fail: func(e sinks.Event) error {
+		if e.Key == "k1" && fails.Add(1) <= 3 {
+			return errBoom
+		}
+		return nil
+	}}
+	cfg := b.config(t, okSink, flaky)
+	var evs []ev
+	for i := range 20 {
+		evs = append(evs, ev{topic: "t", key: fmt.Sprintf("k%d", i%2)})
+	}
+	seqs := b.insert(t, evs...)
+	b.start(t, cfg)
+	waitFor(t, 10*time.Second, "both sinks complete", func() bool {
+		return len(b.rec.forSink("kafka")) >= 20 && len(b.rec.forSink("webhook")) >= 20
+	})
+	got := b.rec.all()
+	exactlyOnce(t, got, "kafka", seqs)
+	exactlyOnce(t, got, "webhook", seqs)
+	checkKeyOrder(t, got)
+	if n := b.count(t, "true"); n != 0 {
+		waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+	}
+}
+
+func TestNoRouteDeadLettersWithReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t)
+	cfg.Routes = []Route{{Topics: []string{"orders.*"}, Targets: []Target{{Sink: &testSink{name: "mem", rec: b.rec}}}}}
+	b.insert(t, ev{topic: "invoices.sent"}, ev{topic: "orders.paid"})
+	b.start(t, cfg)
+	waitFor(t, 5*time.Second, "dead letter", func() bool { return b.count(t, "status = 'dead'") == 1 })
+	var lastErr string
+	if err := b.pool.QueryRow(context.Background(), "SELECT last_error FROM "+b.tables.Outbox()+" WHERE status = 'dead'").Scan(&lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lastErr, `no route matches topic "invoices.sent"`) {
+		t.Fatalf("last_error = %q", lastErr)
+	}
+	waitFor(t, 5*time.Second, "routed event delivered", func() bool { return len(b.rec.all()) == 1 })
+}
+
+type panickySink struct {
+	testSink
+	panicked atomic.Bool
+}
+
+func (p *panickySink) Publish(ctx context.Context, events []sinks.Event) []error {
+	if !p.panicked.Swap(true) {
+		panic("sink bug")
+	}
+	return p.testSink.Publish(ctx, events)
+}
+
+func TestSinkPanicLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sink := &panickySink{testSink: testSink{name: "mem", rec: b.rec}}
+	seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "a"})
+	b.start(t, b.config(t, sink))
+	waitFor(t, 5*time.Second, "delivered after panic", func() bool { return len(b.rec.all()) == 2 })
+	exactlyOnce(t, b.rec.all(), "mem", seqs)
+	checkKeyOrder(t, b.rec.all())
+}
+
+func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"}, ev{topic: "t"})
+	// A relay claims the batch (and all lanes) and dies before recording.
+	ctx := context.Background()
+	dead := newStore(b.pool, b.tables, "crashed-relay")
+	if _, err := dead.refreshLanes(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := dead.claim(ctx, ^uint64(0), 10, 2*time.Second)
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("crashed relay claimed %d rows: %v", len(rows), err)
+	}
+	claimedAt := time.Now()
+	cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+	cfg.Lease = 2 * time.Second
+	b.start(t, cfg)
+	waitFor(t, 10*time.Second, "takeover", func() bool { return len(b.rec.all()) == 3 })
+	for _, g := range b.rec.all() {
+		if g.at.Sub(claimedAt) < 1900*time.Millisecond {
+			t.Fatalf("seq %d delivered %s after the claim, while its lease was live", g.seq, g.at.Sub(claimedAt))
+		}
+	}
+	exactlyOnce(t, b.rec.all(), "mem", seqs)
+}
+
+func TestGracefulShutdownFinishesBatchAndReleases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sink := &testSink{name: "mem", rec: b.rec, delay: 500 * time.Millisecond}
+	seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"})
+	stop := b.start(t, b.config(t, sink))
+	waitFor(t, 5*time.Second, "batch in flight", func() bool { return b.count(t, "lease_owner IS NOT NULL") == 2 })
+	stop()
+	exactlyOnce(t, b.rec.all(), "mem", seqs)
+	if n := b.count(t, "true"); n != 0 {
+		t.Fatalf("%d rows left after a graceful stop; the in-flight batch was not recorded", n)
+	}
+	var lanes int
+	if err := b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.tables.Lanes()+" WHERE owner IS NOT NULL").Scan(&lanes); err != nil {
+		t.Fatal(err)
+	}
+	if lanes != 0 {
+		t.Fatalf("%d lanes still leased after a graceful stop", lanes)
+	}
+}
+
+func TestStopKeyOnDeadLetterHoldsTheKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
+		if e.Topic == "bad" {
+			return sinks.Permanent(errBoom)
+		}
+		return nil
+	}}
+	cfg := b.config(t, sink)
+	cfg.StopKeyOnDeadLetter = true
+	seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "j"})
+	b.start(t, cfg)
+	waitFor(t, 5*time.Second, "other key delivered", func() bool { return len(b.rec.all()) == 1 })
+	time.Sleep(500 * time.Millisecond)
+	got := b.rec.all()
+	if len(got) != 1 || got[0].seq != seqs[2] {
+		t.Fatalf("deliveries %+v: only key j should pass while key k is stopped", got)
+	}
+	if n := b.count(t, "status = 'pending' AND available_at = 'infinity'"); n != 1 {
+		t.Fatalf("%d events parked behind the stopped key, want 1", n)
+	}
+}

@@ -1,0 +1,436 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/migrations"
+)
+
+// laneCount is the number of lanes the key space is hashed into. It matches
+// the rows seeded by the migration and the bit mask the claim tests.
+const laneCount = 64
+
+// store holds every SQL statement the engine runs. Statements are built once
+// from the quoted table names; pgx prepares and caches them per connection.
+type store struct {
+	pool  *pgxpool.Pool
+	owner string
+
+	claimSQL, deleteSQL, recordSQL, markDoneSQL     string
+	heartbeatSQL, liveSQL, renewSQL, releaseSQL     string
+	acquireSQL, releaseAllSQL, unregisterSQL        string
+	releaseLeasesSQL, cleanHoldsSQL, cleanRelaysSQL string
+	purgeDoneSQL                                    string
+}
+
+func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
+	o, h, l, r := t.Outbox(), t.Holds(), t.Lanes(), t.Relays()
+	return &store{
+		pool:  pool,
+		owner: owner,
+		// The claim: the oldest due, unleased rows of this relay's lanes (or
+		// without a key), locked with SKIP LOCKED so concurrent claims never
+		// wait on each other, leased in the same statement, returned with any
+		// hold an earlier event of the same key has on a sink.
+		claimSQL: `WITH due AS (
+    SELECT seq FROM ` + o + `
+    WHERE status = 'pending' AND available_at <= now()
+      AND (lease_until IS NULL OR lease_until < now())
+      AND (key IS NULL OR (($1::bigint >> (hashtext(key) & 63)) & 1) = 1)
+    ORDER BY available_at, seq
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE ` + o + ` o SET lease_owner = $3, lease_until = now() + $4::interval
+    FROM due WHERE o.seq = due.seq
+    RETURNING o.seq, o.id, o.topic, o.key, o.payload, o.payload_bin, o.content_type, o.headers,
+              o.created_at, o.attempts, o.max_attempts, o.deliveries
+)
+SELECT c.seq, c.id, c.topic, c.key, c.payload, c.payload_bin, c.content_type, c.headers,
+       c.created_at, c.attempts, c.max_attempts, c.deliveries, h.sink, h.seq, h.until
+FROM claimed c LEFT JOIN ` + h + ` h ON h.key = c.key AND h.seq < c.seq
+ORDER BY c.seq`,
+		deleteSQL: `DELETE FROM ` + o + ` WHERE seq = ANY($1) AND lease_owner = $2`,
+		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL
+WHERE seq = ANY($1) AND lease_owner = $2`,
+		// Everything but the plain happy path in one statement: rows still
+		// pending or dead, holds taken (only for rows this relay still
+		// leases), holds released, and delivered rows removed or kept.
+		recordSQL: `WITH upd AS (
+    UPDATE ` + o + ` o SET status = u.status, attempts = u.attempts, available_at = u.available_at,
+        last_error = u.last_error, deliveries = u.deliveries, lease_owner = NULL, lease_until = NULL,
+        finished_at = CASE WHEN u.status = 'pending' THEN NULL ELSE now() END
+    FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[], $6::jsonb[])
+        AS u(seq, status, attempts, available_at, last_error, deliveries)
+    WHERE o.seq = u.seq AND o.lease_owner = $7
+    RETURNING o.seq
+), take AS (
+    INSERT INTO ` + h + ` (key, sink, seq, until)
+    SELECT t.key, t.sink, t.seq, t.until
+    FROM unnest($8::text[], $9::text[], $10::bigint[], $11::timestamptz[]) AS t(key, sink, seq, until)
+    WHERE t.seq IN (SELECT seq FROM upd)
+    ON CONFLICT (key, sink, seq) DO UPDATE SET until = excluded.until
+    RETURNING 1
+), free AS (
+    DELETE FROM ` + h + ` x USING unnest($12::text[], $13::text[], $14::bigint[]) AS f(key, sink, seq)
+    WHERE x.key = f.key AND x.sink = f.sink AND x.seq = f.seq
+    RETURNING 1
+), gone AS (
+    DELETE FROM ` + o + ` WHERE seq = ANY($15) AND lease_owner = $7 AND NOT $16::boolean
+    RETURNING 1
+), kept AS (
+    UPDATE ` + o + ` SET status = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL
+    WHERE seq = ANY($15) AND lease_owner = $7 AND $16::boolean
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM take), (SELECT count(*) FROM free),
+       (SELECT count(*) FROM gone) + (SELECT count(*) FROM kept)`,
+		heartbeatSQL: `INSERT INTO ` + r + ` (owner, heartbeat_until) VALUES ($1, now() + $2::interval)
+ON CONFLICT (owner) DO UPDATE SET heartbeat_until = excluded.heartbeat_until`,
+		liveSQL:    `SELECT count(*) FROM ` + r + ` WHERE heartbeat_until > now()`,
+		renewSQL:   `UPDATE ` + l + ` SET lease_until = now() + $2::interval WHERE owner = $1 RETURNING lane`,
+		releaseSQL: `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1 AND lane = ANY($2)`,
+		acquireSQL: `UPDATE ` + l + ` SET owner = $1, lease_until = now() + $2::interval
+WHERE lane IN (
+    SELECT lane FROM ` + l + ` WHERE owner IS NULL OR lease_until < now()
+    ORDER BY lane LIMIT $3 FOR UPDATE SKIP LOCKED
+) RETURNING lane`,
+		releaseAllSQL:    `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`,
+		unregisterSQL:    `DELETE FROM ` + r + ` WHERE owner = $1`,
+		releaseLeasesSQL: `UPDATE ` + o + ` SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = $1 AND status = 'pending'`,
+		// Holds whose event is gone or delivered are stale; a hold kept for a
+		// dead event by StopKeyOnDeadLetter is 'infinity' and stays.
+		cleanHoldsSQL: `DELETE FROM ` + h + ` x WHERE NOT EXISTS (
+    SELECT 1 FROM ` + o + ` o WHERE o.seq = x.seq
+      AND (o.status = 'pending' OR (o.status = 'dead' AND x.until = 'infinity')))`,
+		cleanRelaysSQL: `DELETE FROM ` + r + ` WHERE heartbeat_until < now() - interval '1 minute'`,
+		purgeDoneSQL: `DELETE FROM ` + o + ` WHERE seq IN (
+    SELECT seq FROM ` + o + ` WHERE status = 'done' AND finished_at < now() - $1::interval
+    ORDER BY finished_at LIMIT $2)`,
+	}
+}
+
+// hold is a sink on which an earlier event of the same key is waiting.
+type hold struct {
+	sink  string
+	seq   int64
+	until time.Time
+}
+
+// delivery is one sink's state for one event, kept in the deliveries column.
+type delivery struct {
+	State    string    `json:"state"` // done, retry or dead
+	Attempts int       `json:"attempts,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+const (
+	stateDone  = "done"
+	stateRetry = "retry"
+	stateDead  = "dead"
+)
+
+// row is a claimed outbox row.
+type row struct {
+	seq         int64
+	id          string
+	topic       string
+	key         string
+	payload     []byte
+	contentType string
+	headers     map[string]string
+	createdAt   time.Time
+	attempts    int
+	maxAttempts int // 0: the relay's default
+	deliveries  map[string]delivery
+	holds       []hold
+	decodeErr   error // a column the relay cannot read: the row is dead-lettered
+}
+
+// claim leases up to limit due rows of the lanes in mask (and rows without a
+// key) and returns them in seq order.
+func (s *store) claim(ctx context.Context, mask uint64, limit int, lease time.Duration) ([]row, error) {
+	rows, err := s.pool.Query(ctx, s.claimSQL, int64(mask), limit, s.owner, lease)
+	if err != nil {
+		return nil, fmt.Errorf("claiming events: %w", err)
+	}
+	defer rows.Close()
+	out := make([]row, 0, limit)
+	var (
+		seq                 int64
+		id                  pgtype.UUID
+		topic               string
+		key, contentType    pgtype.Text
+		payload, payloadBin []byte
+		headers, deliveries []byte
+		createdAt           time.Time
+		attempts            int32
+		maxAttempts         pgtype.Int4
+		holdSink            pgtype.Text
+		holdSeq             pgtype.Int8
+		holdUntil           pgtype.Timestamptz
+	)
+	for rows.Next() {
+		if err := rows.Scan(&seq, &id, &topic, &key, &payload, &payloadBin, &contentType, &headers,
+			&createdAt, &attempts, &maxAttempts, &deliveries, &holdSink, &holdSeq, &holdUntil); err != nil {
+			return nil, fmt.Errorf("reading claimed event: %w", err)
+		}
+		if n := len(out); n > 0 && out[n-1].seq == seq {
+			// The same row again: one more hold on it.
+			out[n-1].holds = append(out[n-1].holds, hold{holdSink.String, holdSeq.Int64, fromTimestamptz(holdUntil)})
+			continue
+		}
+		r := row{seq: seq, id: uuidString(id), topic: topic, key: key.String, createdAt: createdAt,
+			attempts: int(attempts), maxAttempts: int(maxAttempts.Int32)}
+		switch {
+		case payloadBin != nil:
+			r.payload = payloadBin
+			r.contentType = "application/octet-stream"
+		case payload != nil:
+			r.payload = payload
+			r.contentType = "application/json"
+		default:
+			r.payload = []byte("null")
+			r.contentType = "application/json"
+		}
+		if contentType.Valid && contentType.String != "" {
+			r.contentType = contentType.String
+		}
+		if len(headers) > 2 {
+			r.headers, r.decodeErr = decodeHeaders(headers)
+		}
+		if len(deliveries) > 2 {
+			if err := json.Unmarshal(deliveries, &r.deliveries); err != nil && r.decodeErr == nil {
+				r.decodeErr = fmt.Errorf("deliveries column: %w", err)
+			}
+		}
+		if holdSink.Valid {
+			r.holds = append(r.holds, hold{holdSink.String, holdSeq.Int64, fromTimestamptz(holdUntil)})
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claiming events: %w", err)
+	}
+	return out, nil
+}
+
+// decodeHeaders reads the headers column: a JSON object whose values are
+// strings; other values (written by hand) are kept as their JSON text.
+func decodeHeaders(raw []byte) (map[string]string, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("headers column: %w", err)
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			out[k] = s
+		} else {
+			out[k] = string(v)
+		}
+	}
+	return out, nil
+}
+
+func uuidString(u pgtype.UUID) string {
+	const hex = "0123456789abcdef"
+	b := u.Bytes
+	buf := make([]byte, 36)
+	j := 0
+	for i := 0; i < 16; i++ {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			buf[j] = '-'
+			j++
+		}
+		buf[j], buf[j+1] = hex[b[i]>>4], hex[b[i]&0xf]
+		j += 2
+	}
+	return string(buf)
+}
+
+// outcome is what recording a batch writes.
+type outcome struct {
+	done []int64 // delivered everywhere: deleted (or kept as done)
+
+	// Rows still pending or now dead.
+	seqs        []int64
+	statuses    []string
+	attempts    []int32
+	availableAt []pgtype.Timestamptz
+	lastErrors  []pgtype.Text
+	deliveries  [][]byte
+
+	// Holds taken (or extended) and released.
+	takeKeys, takeSinks []string
+	takeSeqs            []int64
+	takeUntil           []pgtype.Timestamptz
+	freeKeys, freeSinks []string
+	freeSeqs            []int64
+}
+
+func (o *outcome) update(seq int64, status string, attempts int, at time.Time, lastErr string, deliveries []byte) {
+	o.seqs = append(o.seqs, seq)
+	o.statuses = append(o.statuses, status)
+	o.attempts = append(o.attempts, int32(attempts))
+	o.availableAt = append(o.availableAt, timestamptz(at))
+	o.lastErrors = append(o.lastErrors, pgtype.Text{String: lastErr, Valid: lastErr != ""})
+	o.deliveries = append(o.deliveries, deliveries)
+}
+
+func (o *outcome) take(key, sink string, seq int64, until time.Time) {
+	o.takeKeys = append(o.takeKeys, key)
+	o.takeSinks = append(o.takeSinks, sink)
+	o.takeSeqs = append(o.takeSeqs, seq)
+	o.takeUntil = append(o.takeUntil, timestamptz(until))
+}
+
+func (o *outcome) free(key, sink string, seq int64) {
+	o.freeKeys = append(o.freeKeys, key)
+	o.freeSinks = append(o.freeSinks, sink)
+	o.freeSeqs = append(o.freeSeqs, seq)
+}
+
+// record writes a batch's outcome in one statement. Rows whose lease this
+// relay lost are left alone: their new owner delivers them again.
+func (s *store) record(ctx context.Context, o *outcome, keepDone bool) error {
+	if len(o.seqs) == 0 && len(o.freeSeqs) == 0 {
+		if len(o.done) == 0 {
+			return nil
+		}
+		sql := s.deleteSQL
+		if keepDone {
+			sql = s.markDoneSQL
+		}
+		if _, err := s.pool.Exec(ctx, sql, o.done, s.owner); err != nil {
+			return fmt.Errorf("recording %d delivered events: %w", len(o.done), err)
+		}
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, s.recordSQL,
+		o.seqs, o.statuses, o.attempts, o.availableAt, o.lastErrors, o.deliveries, s.owner,
+		o.takeKeys, o.takeSinks, o.takeSeqs, o.takeUntil,
+		o.freeKeys, o.freeSinks, o.freeSeqs,
+		o.done, keepDone)
+	if err != nil {
+		return fmt.Errorf("recording outcome of %d events: %w", len(o.seqs)+len(o.done), err)
+	}
+	return nil
+}
+
+// refreshLanes renews this relay's heartbeat and lanes, then releases or
+// acquires lanes so that it holds a fair share (64 / live relays, rounded
+// up). It returns the lanes held as a bit mask.
+func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (uint64, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.heartbeatSQL, s.owner, lease)
+	b.Queue(s.liveSQL)
+	b.Queue(s.renewSQL, s.owner, lease)
+	br := s.pool.SendBatch(ctx, b)
+	var live int
+	var owned []int16
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&live)
+	}
+	if err == nil {
+		var rows pgx.Rows
+		rows, err = br.Query()
+		if err == nil {
+			owned, err = pgx.CollectRows(rows, pgx.RowTo[int16])
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("renewing lanes: %w", err)
+	}
+	share := (laneCount + max(live, 1) - 1) / max(live, 1)
+	switch {
+	case len(owned) > share:
+		extra := owned[share:]
+		if _, err := s.pool.Exec(ctx, s.releaseSQL, s.owner, extra); err != nil {
+			return 0, fmt.Errorf("releasing lanes: %w", err)
+		}
+		owned = owned[:share]
+	case len(owned) < share:
+		rows, err := s.pool.Query(ctx, s.acquireSQL, s.owner, lease, share-len(owned))
+		if err != nil {
+			return 0, fmt.Errorf("acquiring lanes: %w", err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int16])
+		if err != nil {
+			return 0, fmt.Errorf("acquiring lanes: %w", err)
+		}
+		owned = append(owned, got...)
+	}
+	var mask uint64
+	for _, l := range owned {
+		mask |= 1 << uint(l)
+	}
+	return mask, nil
+}
+
+// releaseAll gives back this relay's lanes and unfinished leases and removes
+// its heartbeat: other relays take over at once instead of after the lease.
+func (s *store) releaseAll(ctx context.Context) error {
+	b := &pgx.Batch{}
+	b.Queue(s.releaseLeasesSQL, s.owner)
+	b.Queue(s.releaseAllSQL, s.owner)
+	b.Queue(s.unregisterSQL, s.owner)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("releasing leases: %w", err)
+	}
+	return nil
+}
+
+// maintain removes stale holds, forgotten relays and, with a retention
+// period, delivered rows older than it, in bounded batches.
+func (s *store) maintain(ctx context.Context, retention time.Duration) (purged int64, err error) {
+	if _, err := s.pool.Exec(ctx, s.cleanHoldsSQL); err != nil {
+		return 0, fmt.Errorf("removing stale holds: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, s.cleanRelaysSQL); err != nil {
+		return 0, fmt.Errorf("removing departed relays: %w", err)
+	}
+	if retention <= 0 {
+		return 0, nil
+	}
+	const chunk = 5000
+	for {
+		tag, err := s.pool.Exec(ctx, s.purgeDoneSQL, retention, chunk)
+		if err != nil {
+			return purged, fmt.Errorf("removing delivered events older than %s: %w", retention, err)
+		}
+		purged += tag.RowsAffected()
+		if tag.RowsAffected() < chunk || ctx.Err() != nil {
+			return purged, nil
+		}
+	}
+}
+
+// timestamptz encodes forever as PostgreSQL 'infinity'.
+func timestamptz(t time.Time) pgtype.Timestamptz {
+	if !t.Before(forever) {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: t, Valid: true}
+}
+
+// fromTimestamptz decodes 'infinity' as forever.
+func fromTimestamptz(t pgtype.Timestamptz) time.Time {
+	if t.InfinityModifier == pgtype.Infinity {
+		return forever
+	}
+	return t.Time
+}
