@@ -56,7 +56,8 @@ type Config struct {
 	Concurrency int `yaml:"concurrency"`
 	// Headers are static headers added to every request (an Authorization
 	// token, a tenant id). Values are secrets: they never print. Headers the
-	// sink sets itself (Content-Type, the webhook-* and trace headers…) are
+	// sink sets itself (Content-Type, User-Agent, the webhook-* and trace
+	// headers…) are
 	// refused.
 	Headers map[string]sinks.Secret `yaml:"headers"`
 	// TLS configures https endpoints: extra roots, a client certificate.
@@ -78,7 +79,7 @@ type Config struct {
 }
 
 // reservedHeaders are set by the sink and cannot be configured in Headers.
-var reservedHeaders = []string{"Content-Type", "Content-Length", "Host", "Transfer-Encoding", "Connection",
+var reservedHeaders = []string{"Content-Type", "Content-Length", "Host", "Transfer-Encoding", "Connection", "User-Agent",
 	"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature", "Traceparent", "Tracestate"}
 
 // Validate checks the configuration; errors name the offending key. It never
