@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/relay"
+)
+
+// closeTimeout bounds the flushing of sinks after the relay stopped.
+const closeTimeout = 30 * time.Second
+
+func newRunCommand(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "run",
+		Short: "Relay outbox events to the configured sinks until SIGINT or SIGTERM",
+		Long: `Relay outbox events to the configured sinks until SIGINT or SIGTERM.
+
+An unreachable database is retried with exponential backoff (up to 30s
+between attempts). The schema must be migrated first (relay migrate up). On
+SIGINT or SIGTERM the relay stops claiming, finishes the batch in flight
+within relay.shutdown_timeout, closes the sinks and exits 0; a second signal
+exits at once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := g.load(true)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			// After the first signal, a second one gets the default action.
+			go func() { <-ctx.Done(); stop() }()
+			return s.run(ctx)
+		},
+	}
+}
+
+func (s *setup) run(ctx context.Context) error {
+	pool, err := s.connectRetrying(ctx)
+	if err != nil {
+		return err
+	}
+	if pool == nil {
+		s.logger.InfoContext(ctx, "relay: stopped before the database answered")
+		return nil
+	}
+	defer pool.Close()
+	s.logger.InfoContext(ctx, "relay: connected", "database", s.redactedURL())
+
+	if err := migrations.Check(ctx, pool, s.tables); err != nil {
+		if errors.Is(err, migrations.ErrNotMigrated) {
+			return runtimeError(err)
+		}
+		return runtimeError(s.scrub(err))
+	}
+
+	built, err := s.file.Build(ctx, s.logger)
+	if err != nil {
+		return runtimeError(err)
+	}
+	closeSinks := func() error {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		return built.Close(closeCtx)
+	}
+	built.Config.Tables = s.tables
+	r, err := relay.New(pool, built.Config)
+	if err != nil {
+		return runtimeError(errors.Join(fmt.Errorf("starting the relay: %w", err), closeSinks()))
+	}
+	runErr := r.Run(ctx)
+	if err := closeSinks(); err != nil {
+		s.logger.Error("relay: closing sinks", "error", err)
+		if runErr == nil {
+			return runtimeError(err)
+		}
+	}
+	if runErr != nil {
+		return runtimeError(s.scrub(runErr))
+	}
+	s.logger.Info("relay: sinks closed; exiting")
+	return nil
+}
+
+// connectRetrying opens a pool and waits for the database to answer,
+// retrying with exponential backoff and logging each failure. Failures
+// retrying cannot fix (authentication refused, no such database) end it with
+// an error. It returns a nil pool when ctx ends first.
+func (s *setup) connectRetrying(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := s.newPool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 500 * time.Millisecond
+	b.MaxInterval = 30 * time.Second
+	b.MaxElapsedTime = 0
+	attempt := 0
+	err = backoff.RetryNotify(func() error {
+		attempt++
+		err := ping(ctx, pool)
+		if err != nil && permanentConnectError(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx), func(err error, next time.Duration) {
+		s.logger.WarnContext(ctx, "relay: database unreachable; retrying",
+			"database", s.redactedURL(), "attempt", attempt, "retry_in", next.Round(time.Millisecond), "error", s.scrub(err).Error())
+	})
+	switch {
+	case ctx.Err() != nil:
+		pool.Close()
+		return nil, nil
+	case err != nil:
+		pool.Close()
+		return nil, runtimeError(fmt.Errorf("connecting to %s: %w", s.redactedURL(), s.scrub(err)))
+	}
+	return pool, nil
+}
+
+// permanentConnectError reports a refusal by the server that retrying will
+// not fix: bad credentials or a database that does not exist.
+func permanentConnectError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "3D000" || pgErr.Code == "28000" || pgErr.Code == "28P01"
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/relay/relayconfig"
+)
+
+// setup is what a command gathers from its flags, the environment and the
+// configuration file.
+type setup struct {
+	// file is nil when no --config was given.
+	file   *relayconfig.File
+	dbURL  string
+	tables migrations.Tables
+	logger *slog.Logger
+}
+
+// load reads the configuration (required or not) and resolves the database
+// URL (--database-url, then DATABASE_URL, then database.url) and the tables
+// (--schema and --table over the file's). Errors are usage errors.
+func (g *globalFlags) load(requireConfig bool) (*setup, error) {
+	s := &setup{}
+	if g.config != "" {
+		f, err := relayconfig.Load(g.config, os.LookupEnv)
+		if err != nil {
+			return nil, usageError(err)
+		}
+		s.file = f
+		s.dbURL = f.DatabaseURL()
+		s.tables = f.Tables()
+		s.logger = f.Log.NewLogger(os.Stderr)
+	} else {
+		if requireConfig {
+			return nil, usageError(errors.New("--config: required (the YAML configuration file)"))
+		}
+		s.dbURL = os.Getenv("DATABASE_URL")
+		s.tables = migrations.Tables{}.WithDefaults()
+		s.logger = relayconfig.Log{}.NewLogger(os.Stderr)
+	}
+	if g.databaseURL != "" {
+		if _, err := pgxpool.ParseConfig(g.databaseURL); err != nil {
+			return nil, usageError(fmt.Errorf("--database-url: %s", relayconfig.ScrubPassword(err.Error(), g.databaseURL)))
+		}
+		s.dbURL = g.databaseURL
+	}
+	if s.dbURL == "" {
+		return nil, usageError(errors.New("--database-url: no database given (use --database-url, DATABASE_URL or database.url in --config)"))
+	}
+	if g.schema != "" {
+		s.tables.Schema = g.schema
+	}
+	if g.table != "" {
+		s.tables.Table = g.table
+	}
+	if err := s.tables.Validate(); err != nil {
+		return nil, usageError(err)
+	}
+	return s, nil
+}
+
+// redactedURL is the database URL as it may be printed.
+func (s *setup) redactedURL() string { return relayconfig.RedactURL(s.dbURL) }
+
+// scrub removes the database password from an error before it is printed.
+func (s *setup) scrub(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := relayconfig.ScrubPassword(err.Error(), s.dbURL)
+	if msg == err.Error() {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// pingTimeout bounds one connection attempt.
+const pingTimeout = 10 * time.Second
+
+// newPool returns a pool on the database (connections are opened lazily).
+func (s *setup) newPool(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(s.dbURL)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("database.url: %w", s.scrub(err)))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, runtimeError(fmt.Errorf("creating connection pool for %s: %w", s.redactedURL(), s.scrub(err)))
+	}
+	return pool, nil
+}
+
+// ping checks the database answers, within pingTimeout.
+func ping(ctx context.Context, pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	return pool.Ping(ctx)
+}
+
+// connect opens a pool and checks the database answers; one attempt.
+func (s *setup) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	pool, err := s.newPool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := ping(ctx, pool); err != nil {
+		pool.Close()
+		return nil, runtimeError(fmt.Errorf("connecting to %s: %w", s.redactedURL(), s.scrub(err)))
+	}
+	return pool, nil
+}
