@@ -57,8 +57,7 @@ type Config struct {
 	// Headers are static headers added to every request (an Authorization
 	// token, a tenant id). Values are secrets: they never print. Headers the
 	// sink sets itself (Content-Type, User-Agent, the webhook-* and trace
-	// headers…) are
-	// refused.
+	// headers…) are refused.
 	Headers map[string]sinks.Secret `yaml:"headers"`
 	// TLS configures https endpoints: extra roots, a client certificate.
 	// Certificates are always verified unless tls.insecure_skip_verify.
