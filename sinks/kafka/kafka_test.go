@@ -3,8 +3,16 @@ package kafka
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -591,3 +599,64 @@ func TestValidateReportsEveryField(t *testing.T) {
 }
 
 var _ sasl.Mechanism = scramMechanism{}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 to dir and
+// returns the server's TLS config and the certificate's PEM path.
+func selfSigned(t *testing.T, dir string) (*tls.Config, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kfake"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, path
+}
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	serverTLS, caFile := selfSigned(t, t.TempDir())
+	c := newCluster(t, kfake.TLS(serverTLS))
+	addr := c.ListenAddrs()[0]
+	createTopic(t, c, "private", 1, nil)
+
+	trusted := newSink(t, Config{Brokers: []string{addr}, TLS: sinks.TLSConfig{CAFile: caFile}})
+	requireOK(t, publish(t, trusted, []sinks.Event{sinktest.Event("private", "k", []byte(`{}`))}))
+
+	// The system roots do not know the broker's certificate.
+	untrusted := newSink(t, Config{Brokers: []string{addr}, TLS: sinks.TLSConfig{Enabled: true}})
+	errs := publish(t, untrusted, []sinks.Event{sinktest.Event("private", "k", []byte(`{}`))})
+	t.Logf("error: %v", errs[0])
+	if !sinks.IsUnavailable(errs[0]) {
+		t.Fatalf("unverifiable certificate: want Unavailable, got %v", errs[0])
+	}
+}
+
+func TestPublishAfterClose(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	createTopic(t, c, "late", 1, nil)
+	s, err := New("closing", Config{Brokers: c.ListenAddrs()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	errs := publish(t, s, []sinks.Event{sinktest.Event("late", "k", []byte(`{}`))})
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "closed") || sinks.IsPermanent(errs[0]) {
+		t.Fatalf("publish after Close: %v", errs[0])
+	}
+}
