@@ -10,9 +10,10 @@
 //     retry);
 //   - webhook-timestamp: the unix time in seconds of this attempt;
 //   - webhook-signature: "v1,<base64>" per configured secret, space
-//     separated, where <base64> is the HMAC-SHA256, keyed with the bytes the
-//     secret's "whsec_" part encodes in base64, of id + "." + timestamp + "."
-//   - body (see Verify);
+//     separated, where <base64> is the HMAC-SHA256 of the id, the timestamp
+//     and the body joined with dots ("<id>.<timestamp>.<body>"), keyed with
+//     the bytes that the base64 after the secret's "whsec_" encodes (see
+//     Verify);
 //   - Content-Type, User-Agent "herald/<version>", the configured static
 //     headers, and traceparent / tracestate when the event's headers carry
 //     them (lowercase names, valid header values).
