@@ -51,7 +51,7 @@ func BenchmarkPublish(b *testing.B) {
 
 // BenchmarkPublishOne measures the latency of publishing a single event for
 // several batch_timeout values: the time a partition's batch waits is added
-// to every call, which is why the default is 100µs and not kafka-go's 1s.
+// to every call, which is why the default is 1µs and not kafka-go's 1s.
 func BenchmarkPublishOne(b *testing.B) {
 	c := newCluster(b)
 	addr := c.ListenAddrs()[0]

@@ -21,7 +21,7 @@ import (
 const (
 	DefaultClientID        = "herald"
 	DefaultBatchSize       = 500
-	DefaultBatchTimeout    = 100 * time.Microsecond
+	DefaultBatchTimeout    = time.Microsecond
 	DefaultWriteTimeout    = 10 * time.Second
 	DefaultMaxAttempts     = 3
 	DefaultMaxMessageBytes = 1 << 20
@@ -57,8 +57,9 @@ type Config struct {
 	// BatchTimeout is how long the underlying kafka-go writer waits for more
 	// messages before sending a partition's batch. Publish hands a whole round
 	// to the writer at once (under the writer's partition lock, so the timer
-	// cannot split it): any wait only adds latency to every call, which is
-	// why the default is far below kafka-go's 1s. Defaults to 100µs.
+	// cannot split it; checked against kafka-go v0.4.51): any wait only adds
+	// latency to every call, which is why the default is far below kafka-go's
+	// 1s. Defaults to 1µs, in effect "send at once".
 	BatchTimeout time.Duration `yaml:"batch_timeout"`
 	// WriteTimeout bounds each produce request. Defaults to 10s.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
