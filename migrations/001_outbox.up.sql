@@ -45,7 +45,10 @@ CREATE INDEX {{.Name "done_idx"}} ON {{.Outbox}} (finished_at) WHERE status = 'd
 
 -- A queue table churns: vacuum it after a fixed number of dead tuples rather
 -- than a fraction of its (small, varying) size, and without cost throttling.
+-- Free space on each page lets the claim's lease update stay on the page
+-- (a HOT update: no new index entries).
 ALTER TABLE {{.Outbox}} SET (
+    fillfactor = 60,
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 10000,
     autovacuum_vacuum_insert_scale_factor = 0,

@@ -25,7 +25,7 @@ type testBundle struct {
 	rec    *recorder
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	return &testBundle{pool: pool, tables: pgtest.Schema(t, pool), rec: newRecorder()}

@@ -404,3 +404,28 @@ func TestStopKeyOnDeadLetterHoldsTheKey(t *testing.T) {
 		t.Fatalf("%d events parked behind the stopped key, want 1", n)
 	}
 }
+
+type retryAfterErr struct{ d time.Duration }
+
+func (e retryAfterErr) Error() string             { return "503 Service Unavailable" }
+func (e retryAfterErr) RetryAfter() time.Duration { return e.d }
+
+func TestRetryAfterFromTheSinkIsHonoured(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var failed atomic.Bool
+	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
+		if !failed.Swap(true) {
+			return retryAfterErr{d: 1200 * time.Millisecond}
+		}
+		return nil
+	}}
+	cfg := b.config(t, sink) // backoff would retry after 50ms
+	start := time.Now()
+	b.insert(t, ev{topic: "t", key: "k"})
+	b.start(t, cfg)
+	waitFor(t, 10*time.Second, "delivered", func() bool { return len(b.rec.all()) == 1 })
+	if took := b.rec.all()[0].at.Sub(start); took < 1200*time.Millisecond {
+		t.Fatalf("retried after %s, before the sink's Retry-After of 1.2s", took)
+	}
+}

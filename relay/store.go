@@ -39,17 +39,21 @@ func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
 		// without a key), locked with SKIP LOCKED so concurrent claims never
 		// wait on each other, leased in the same statement, returned with any
 		// hold an earlier event of the same key has on a sink.
-		claimSQL: `WITH due AS (
-    SELECT seq FROM ` + o + `
-    WHERE status = 'pending' AND available_at <= now()
-      AND (lease_until IS NULL OR lease_until < now())
-      AND (key IS NULL OR (($1::bigint >> (hashtext(key) & 63)) & 1) = 1)
-    ORDER BY available_at, seq
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
+		//
+		// Two details keep the plan right: the lane test is written "<> 0"
+		// (estimated as passing most rows, so the planner walks the claim
+		// index in order instead of sorting the whole table), and the
+		// UPDATE finds its rows by primary key through an array.
+		claimSQL: `WITH claimed AS (
     UPDATE ` + o + ` o SET lease_owner = $3, lease_until = now() + $4::interval
-    FROM due WHERE o.seq = due.seq
+    WHERE o.seq = ANY(ARRAY(
+        SELECT seq FROM ` + o + `
+        WHERE status = 'pending' AND available_at <= now()
+          AND (lease_until IS NULL OR lease_until < now())
+          AND (key IS NULL OR (($1::bigint >> (hashtext(key) & 63)) & 1) <> 0)
+        ORDER BY available_at, seq
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED))
     RETURNING o.seq, o.id, o.topic, o.key, o.payload, o.payload_bin, o.content_type, o.headers,
               o.created_at, o.attempts, o.max_attempts, o.deliveries
 )

@@ -89,6 +89,10 @@ func (e *RetryAfterError) Error() string {
 // Unwrap returns Err.
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
+// RetryAfter returns Delay. The relay schedules the retry after it (capped
+// at its backoff maximum) instead of its own backoff.
+func (e *RetryAfterError) RetryAfter() time.Duration { return e.Delay }
+
 // Sink POSTs events to one endpoint. It implements sinks.Sink.
 type Sink struct {
 	name   string
