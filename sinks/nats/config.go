@@ -1,0 +1,169 @@
+package nats
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+// Mode selects how the sink publishes.
+type Mode string
+
+const (
+	// ModeJetStream publishes to JetStream and waits for the stream's
+	// acknowledgement of every message: an event is reported delivered only
+	// once a stream has stored it. The default.
+	ModeJetStream Mode = "jetstream"
+	// ModeCore publishes with core NATS and confirms with a flush (a
+	// PING/PONG round trip): the server has read the messages, but nothing
+	// says a subscriber or stream received them. Weaker: use it only for
+	// subjects where losing a message is acceptable.
+	ModeCore Mode = "core"
+)
+
+// Defaults of the optional settings.
+const (
+	// DefaultAckTimeout is the default AckTimeout.
+	DefaultAckTimeout = 5 * time.Second
+	// DefaultMaxPending is the default MaxPending.
+	DefaultMaxPending = 1024
+)
+
+// Config is a NATS sink's entry in the YAML `sinks:` list (without `name`
+// and `type`).
+type Config struct {
+	// URL is a server URL (nats://, tls://, ws:// or wss://), or several
+	// separated by commas. Give URL, URLs or both; the sink connects to one
+	// of them and fails over to the others.
+	URL string `yaml:"url"`
+	// URLs lists more server URLs, joined with those of URL.
+	URLs []string `yaml:"urls"`
+	// Mode is "jetstream" or "core". Defaults to jetstream.
+	Mode Mode `yaml:"mode"`
+	// CredentialsFile is a NATS .creds file (user JWT and NKey seed).
+	CredentialsFile string `yaml:"credentials_file"`
+	// Token is an authentication token.
+	Token sinks.Secret `yaml:"token"`
+	// User and Password authenticate with a user name and password; give
+	// both or neither.
+	User     string       `yaml:"user"`
+	Password sinks.Secret `yaml:"password"`
+	// NKeySeedFile is a file holding an NKey user seed.
+	NKeySeedFile string `yaml:"nkey_seed_file"`
+	// TLS configures TLS. A tls:// or wss:// URL turns TLS on by itself.
+	TLS sinks.TLSConfig `yaml:"tls"`
+	// AckTimeout bounds the wait for each message's acknowledgement (the
+	// stream's PubAck in JetStream mode, the flush's PONG in core mode), on
+	// top of the deadline of the Publish context. Defaults to 5s.
+	AckTimeout time.Duration `yaml:"ack_timeout"`
+	// MaxPending is the most JetStream messages in flight (sent, not yet
+	// acknowledged) at once; a larger batch waits for the oldest
+	// acknowledgements before sending more. Defaults to 1024.
+	MaxPending int `yaml:"max_pending"`
+	// CheckStreams makes the sink verify, in JetStream mode, that a stream
+	// covers each subject before its first publish to it (results are
+	// cached). Defaults to true; set it to false to skip the lookup when
+	// the account may not list streams.
+	CheckStreams *bool `yaml:"check_streams"`
+}
+
+// servers returns the configured URLs, URL's comma-separated ones first,
+// each paired with the key that named it (for errors).
+func (c Config) servers() (urls, keys []string) {
+	if c.URL != "" {
+		for part := range strings.SplitSeq(c.URL, ",") {
+			urls = append(urls, strings.TrimSpace(part))
+			keys = append(keys, "url")
+		}
+	}
+	for i, u := range c.URLs {
+		urls = append(urls, strings.TrimSpace(u))
+		keys = append(keys, fmt.Sprintf("urls[%d]", i))
+	}
+	return urls, keys
+}
+
+// Validate reports the first configuration problem, naming the key.
+func (c Config) Validate() error {
+	urls, keys := c.servers()
+	if len(urls) == 0 {
+		return errors.New("url: give url or urls (for example nats://127.0.0.1:4222)")
+	}
+	for i, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("%s: %q is not a server URL such as nats://host:4222", keys[i], redactURL(raw))
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("%s: %q: the scheme must be nats, tls, ws or wss", keys[i], redactURL(raw))
+		}
+	}
+	switch c.Mode {
+	case "", ModeJetStream, ModeCore:
+	default:
+		return fmt.Errorf("mode: %q must be jetstream or core", c.Mode)
+	}
+	if c.Password != "" && c.User == "" {
+		return errors.New("password: requires user")
+	}
+	if c.User != "" && c.Password == "" {
+		return errors.New("user: requires password")
+	}
+	methods := 0
+	for _, set := range []bool{c.CredentialsFile != "", c.Token != "", c.User != "", c.NKeySeedFile != ""} {
+		if set {
+			methods++
+		}
+	}
+	if methods > 1 {
+		return errors.New("credentials_file, token, user/password, nkey_seed_file: give at most one")
+	}
+	if c.AckTimeout < 0 {
+		return fmt.Errorf("ack_timeout: %s must not be negative", c.AckTimeout)
+	}
+	if c.MaxPending < 0 {
+		return fmt.Errorf("max_pending: %d must not be negative", c.MaxPending)
+	}
+	return nil
+}
+
+// withDefaults returns c with the defaults of unset fields filled in.
+func (c Config) withDefaults() Config {
+	if c.Mode == "" {
+		c.Mode = ModeJetStream
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.CheckStreams == nil {
+		on := true
+		c.CheckStreams = &on
+	}
+	return c
+}
+
+// redactURL returns raw without its user information, which may hold a
+// token or password.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return "[redacted]@" + raw[i+1:]
+		}
+		return raw
+	}
+	if u.User == nil {
+		return raw
+	}
+	u.User = nil
+	return strings.Replace(u.String(), "://", "://[redacted]@", 1)
+}

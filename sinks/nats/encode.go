@@ -1,0 +1,114 @@
+package nats
+
+import (
+	"fmt"
+	"net/textproto"
+	"strings"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+// Header names the sink sets on every message, next to the event's own
+// headers (which keep their names; a clash with these is overwritten by the
+// sink's value).
+const (
+	// HeaderMsgID carries the event id; JetStream drops a message whose id
+	// it already stored within the stream's duplicate window.
+	HeaderMsgID = jetstream.MsgIDHeader // "Nats-Msg-Id"
+	// HeaderTopic carries the event's topic.
+	HeaderTopic = "Herald-Topic"
+	// HeaderKey carries the event's ordering key; absent when it is empty.
+	HeaderKey = "Herald-Key"
+	// HeaderContentType carries the payload's media type.
+	HeaderContentType = "Content-Type"
+)
+
+// headerLine and crlf frame an encoded NATS header block ("NATS/1.0\r\n",
+// one "Key: value\r\n" per value, "\r\n").
+const (
+	headerLine = "NATS/1.0\r\n"
+	crlf       = "\r\n"
+)
+
+// encode builds the NATS message for e and returns it with its size as the
+// server counts it against max_payload (encoded headers plus payload). A
+// message that can never be published (invalid subject or header name,
+// over maxPayload) is a permanent error.
+func encode(e sinks.Event, maxPayload int64) (*natsgo.Msg, error) {
+	if err := checkSubject(e.Destination); err != nil {
+		return nil, sinks.Permanent(err)
+	}
+	h := make(natsgo.Header, len(e.Headers)+4)
+	for k, v := range e.Headers {
+		if err := checkHeaderName(k); err != nil {
+			return nil, sinks.Permanent(err)
+		}
+		h[k] = []string{v}
+	}
+	h[HeaderMsgID] = []string{e.ID}
+	h[HeaderTopic] = []string{e.Topic}
+	h[HeaderContentType] = []string{e.ContentType}
+	if e.Key != "" {
+		h[HeaderKey] = []string{e.Key}
+	}
+	size := len(e.Payload) + headerSize(h)
+	if maxPayload > 0 && int64(size) > maxPayload {
+		return nil, fmt.Errorf("the server's max_payload: %w", sinks.TooLarge(e, size, int(maxPayload)))
+	}
+	return &natsgo.Msg{Subject: e.Destination, Header: h, Data: e.Payload}, nil
+}
+
+// headerSize is the encoded size of h, computed as nats.go encodes it
+// (values trimmed of surrounding white space).
+func headerSize(h natsgo.Header) int {
+	n := len(headerLine) + len(crlf)
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(textproto.TrimString(v)) + 4 // ": " and CRLF
+		}
+	}
+	return n
+}
+
+// checkSubject reports whether s can be published to: not empty, no white
+// space, no empty token, no wildcard token.
+func checkSubject(s string) error {
+	if s == "" {
+		return fmt.Errorf("destination is empty: not a NATS subject")
+	}
+	if strings.ContainsAny(s, " \t\r\n") {
+		return fmt.Errorf("destination %q contains white space: not a NATS subject", s)
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		switch tok {
+		case "":
+			return fmt.Errorf("destination %q has an empty token: not a NATS subject", s)
+		case "*", ">":
+			return fmt.Errorf("destination %q has a wildcard token: messages cannot be published to it", s)
+		}
+	}
+	return nil
+}
+
+// checkHeaderName reports whether an event header can travel as a NATS
+// header: printable ASCII without ':' and the separators nats.go rejects
+// (ADR-4), and not in the Nats- namespace, whose headers JetStream acts on
+// (Nats-Rollup purges a stream, Nats-Expected-* reject messages).
+func checkHeaderName(k string) error {
+	if k == "" {
+		return fmt.Errorf("event header with an empty name")
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c < 33 || c > 126 || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return fmt.Errorf("event header %q: NATS header names are printable ASCII without separators", k)
+		}
+	}
+	if len(k) >= 5 && strings.EqualFold(k[:5], "nats-") {
+		return fmt.Errorf("event header %q: names starting with Nats- are reserved for the NATS server", k)
+	}
+	return nil
+}

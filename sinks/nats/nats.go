@@ -1,0 +1,532 @@
+// Package nats is Herald's NATS sink: it publishes each event to the NATS
+// subject named by its Destination, through JetStream (the default) or core
+// NATS.
+//
+// # Messages
+//
+// The payload is the event's payload, byte for byte. Headers:
+//
+//	Nats-Msg-Id    the event id (JetStream drops duplicates by it)
+//	Herald-Topic   the event's topic
+//	Herald-Key     the event's key (absent when the event has none)
+//	Content-Type   the payload's media type
+//
+// plus every event header under its own name. NATS trims white space around
+// header values and turns CR and LF into spaces. An event header whose name
+// NATS cannot carry, or that starts with "Nats-" (JetStream acts on those:
+// Nats-Rollup purges a stream), fails the event permanently.
+//
+// # Delivery
+//
+// In JetStream mode (mode: jetstream) Publish sends the whole batch with
+// asynchronous publishes on one connection, at most max_pending unacknowledged
+// at a time, then waits for every PubAck (each bounded by ack_timeout and by
+// the context). An event is reported delivered only when a stream acknowledged
+// storing it, or acknowledged it as a duplicate of a message it already holds.
+// Each message carries Nats-Msg-Id = event id, so the stream drops a re-sent
+// event inside its duplicate window (the stream's `duplicate_window`, 2 minutes
+// by default): retries after a lost acknowledgement do not duplicate.
+//
+// In core mode (mode: core) Publish sends the batch and flushes: success means
+// the server read the messages, not that any subscriber or stream got them.
+// Core NATS has no persistence acknowledgement, so a message published while
+// nobody listens is lost. Use it only where that is acceptable.
+//
+// # Order
+//
+// Events of one key are sent in slice order, on one connection, and a batch's
+// acknowledgements are awaited before Publish returns, so order holds within
+// and across calls. Because JetStream mode pipelines, when an event of key K
+// fails, later events of K in the same batch may already be on the wire and
+// stored. They are still reported failed, wrapping sinks.ErrSkipped, so the
+// relay retries them after K's failed event; when they were in fact stored,
+// the retry is acknowledged as a duplicate and they keep their original
+// position. A failure caused by a lost acknowledgement (ack timeout,
+// disconnect) leaves order intact: the server stores one connection's messages
+// in order, so the stored ones form a prefix and their retries are dropped as
+// duplicates. Order can break only when the server rejects one message of K
+// but stores a later one (a per-message JetStream error such as the stream's
+// max_msg_size), or when a retry comes after the duplicate window.
+//
+// # Errors
+//
+//   - no connection, connection closed or lost, no servers, authentication
+//     refused, TLS failure, JetStream disabled: sinks.Unavailable (the relay
+//     pauses the sink). A publish during an outage fails at once: the
+//     connection reconnects forever in the background with no reconnect
+//     buffer.
+//   - a message over the server's max_payload (checked before sending, against
+//     the limit the server announced), over the stream's max_msg_size, with an
+//     invalid subject or header name: permanent.
+//   - no stream covers the subject (lookup found none, or "nats: no response
+//     from stream"): retryable, wrapping ErrNoStream; see ErrNoStream.
+//   - no PubAck within ack_timeout: retryable (the message may have been
+//     stored; the Nats-Msg-Id dedupe makes the retry safe).
+//   - any other JetStream error for a message: retryable, on that event only.
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+// reconnectWait is the pause between reconnect attempts to one server.
+const reconnectWait = time.Second
+
+// connectTimeout bounds one connection attempt when Publish's context leaves
+// more time.
+const connectTimeout = 5 * time.Second
+
+// Sink publishes events to NATS. Create it with New.
+type Sink struct {
+	name    string
+	cfg     Config
+	servers string // comma-separated URLs for nats.Connect
+	shown   string // servers with user information redacted, for errors and logs
+	opts    []natsgo.Option
+	logger  *slog.Logger
+
+	mu     sync.Mutex // guards nc, js and closed
+	nc     *natsgo.Conn
+	js     jetstream.JetStream
+	closed bool
+
+	streamsMu sync.Mutex
+	streams   map[string]string // subject → covering stream, positive results only
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+
+// New validates cfg, fills its defaults and returns the sink. It connects
+// lazily, on the first Publish or CheckSubjects, so a relay starts while
+// NATS is down. A nil logger means slog.Default().
+func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Sink{name: name, cfg: cfg, logger: logger, streams: map[string]string{}}
+	urls, _ := cfg.servers()
+	shown := make([]string, len(urls))
+	for i, u := range urls {
+		shown[i] = redactURL(u)
+	}
+	s.servers = strings.Join(urls, ",")
+	s.shown = strings.Join(shown, ",")
+
+	opts := []natsgo.Option{
+		natsgo.Name("herald/" + name),
+		natsgo.MaxReconnects(-1),
+		natsgo.ReconnectWait(reconnectWait),
+		natsgo.ReconnectBufSize(-1), // publishes fail fast while reconnecting
+		natsgo.IgnoreAuthErrorAbort(),
+		natsgo.DisconnectErrHandler(s.onDisconnect),
+		natsgo.ReconnectHandler(s.onReconnect),
+		natsgo.ErrorHandler(s.onAsyncError),
+	}
+	tlsCfg, err := cfg.TLS.Build("tls")
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		opts = append(opts, natsgo.Secure(tlsCfg))
+	}
+	switch {
+	case cfg.CredentialsFile != "":
+		if _, err := os.Stat(cfg.CredentialsFile); err != nil {
+			return nil, fmt.Errorf("credentials_file: %w", err)
+		}
+		opts = append(opts, natsgo.UserCredentials(cfg.CredentialsFile))
+	case cfg.Token != "":
+		opts = append(opts, natsgo.Token(cfg.Token.Reveal()))
+	case cfg.User != "":
+		opts = append(opts, natsgo.UserInfo(cfg.User, cfg.Password.Reveal()))
+	case cfg.NKeySeedFile != "":
+		opt, err := natsgo.NkeyOptionFromSeed(cfg.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey_seed_file: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	s.opts = opts
+	return s, nil
+}
+
+// Name returns the sink's name.
+func (s *Sink) Name() string { return s.name }
+
+func (s *Sink) onDisconnect(nc *natsgo.Conn, err error) {
+	if err != nil {
+		s.logger.Warn("nats sink: disconnected", "sink", s.name, "error", err)
+	}
+}
+
+func (s *Sink) onReconnect(nc *natsgo.Conn) {
+	s.logger.Info("nats sink: reconnected", "sink", s.name, "server", nc.ConnectedAddr())
+}
+
+func (s *Sink) onAsyncError(nc *natsgo.Conn, _ *natsgo.Subscription, err error) {
+	s.logger.Warn("nats sink: asynchronous error", "sink", s.name, "error", err)
+}
+
+// connect returns the connection, dialling it on first use. Once dialled,
+// the connection reconnects by itself until Close.
+func (s *Sink) connect(ctx context.Context) (*natsgo.Conn, jetstream.JetStream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, sinks.Unavailable(ErrClosed)
+	}
+	if s.nc != nil {
+		return s.nc, s.js, nil
+	}
+	timeout := connectTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	nc, err := natsgo.Connect(s.servers, append(s.opts, natsgo.Timeout(timeout))...)
+	if err != nil {
+		return nil, nil, sinks.Unavailable(fmt.Errorf("connecting to %s: %w", s.shown, err))
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncTimeout(s.cfg.AckTimeout),
+		jetstream.WithPublishAsyncMaxPending(s.cfg.MaxPending),
+		jetstream.WithDefaultTimeout(s.cfg.AckTimeout))
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("creating JetStream context: %w", err)
+	}
+	s.logger.Info("nats sink: connected", "sink", s.name, "server", nc.ConnectedAddr(), "mode", s.cfg.Mode)
+	s.nc, s.js = nc, js
+	return nc, js, nil
+}
+
+// connected returns the connection when it is up, or an Unavailable error.
+func (s *Sink) connected(ctx context.Context) (*natsgo.Conn, jetstream.JetStream, error) {
+	nc, js, err := s.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !nc.IsConnected() {
+		err := fmt.Errorf("not connected to %s (%s)", s.shown, nc.Status())
+		if last := nc.LastError(); last != nil {
+			err = fmt.Errorf("%w: last error: %w", err, last)
+		}
+		return nil, nil, sinks.Unavailable(err)
+	}
+	return nc, js, nil
+}
+
+// CheckSubjects connects and, in JetStream mode, verifies that a stream
+// covers each subject, caching the answers Publish uses. It reports every
+// subject no stream covers (wrapping ErrNoStream), or why it could not
+// check. Call it at start with the subjects the routes can render, to fail
+// early. In core mode it only connects.
+func (s *Sink) CheckSubjects(ctx context.Context, subjects ...string) error {
+	_, js, err := s.connected(ctx)
+	if err != nil {
+		return fmt.Errorf("sink %s: %w", s.name, err)
+	}
+	if s.cfg.Mode == ModeCore {
+		return nil
+	}
+	var errs []error
+	for _, subject := range subjects {
+		if err := s.checkStream(ctx, js, subject); err != nil {
+			errs = append(errs, fmt.Errorf("sink %s: %w", s.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkStream looks up, once per subject while it succeeds, the stream
+// covering subject.
+func (s *Sink) checkStream(ctx context.Context, js jetstream.JetStream, subject string) error {
+	s.streamsMu.Lock()
+	_, ok := s.streams[subject]
+	s.streamsMu.Unlock()
+	if ok {
+		return nil
+	}
+	if err := checkSubject(subject); err != nil {
+		return sinks.Permanent(err)
+	}
+	stream, err := js.StreamNameBySubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("subject %q: %w (create a stream whose subjects include it, or set check_streams: false or mode: core)", subject, ErrNoStream)
+	}
+	if err != nil {
+		return classify(fmt.Errorf("looking up the stream of subject %q: %w", subject, err))
+	}
+	s.streamsMu.Lock()
+	s.streams[subject] = stream
+	s.streamsMu.Unlock()
+	return nil
+}
+
+// forgetStream drops the cached stream of subject, after the stream stopped
+// answering for it.
+func (s *Sink) forgetStream(subject string) {
+	s.streamsMu.Lock()
+	delete(s.streams, subject)
+	s.streamsMu.Unlock()
+}
+
+// Publish sends events and returns one result per event; see the package
+// documentation for delivery, order and error classes.
+func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
+	errs := make([]error, len(events))
+	if len(events) == 0 {
+		return errs
+	}
+	b := &batch{sink: s, events: events, errs: errs, failed: map[string]bool{}}
+	if err := ctx.Err(); err != nil {
+		b.failRest(0, err)
+		return errs
+	}
+	nc, js, err := s.connected(ctx)
+	if err != nil {
+		b.failRest(0, err)
+		return errs
+	}
+	if s.cfg.Mode == ModeCore {
+		b.publishCore(ctx, nc)
+	} else {
+		b.publishJetStream(ctx, nc, js)
+	}
+	b.skipAfterFailures()
+	return errs
+}
+
+// batch is one Publish call in progress.
+type batch struct {
+	sink   *Sink
+	events []sinks.Event
+	errs   []error
+	sent   []bool
+	failed map[string]bool // keys with a failed event so far
+}
+
+// fail records err for event i and marks its key failed.
+func (b *batch) fail(i int, err error) {
+	e := b.events[i]
+	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, err)
+	if e.Key != "" {
+		b.failed[e.Key] = true
+	}
+}
+
+// failRest records err for events from i on that have no result yet and
+// were not sent.
+func (b *batch) failRest(from int, err error) {
+	for i := from; i < len(b.events); i++ {
+		if b.errs[i] == nil && (b.sent == nil || !b.sent[i]) {
+			b.fail(i, err)
+		}
+	}
+}
+
+// blocked reports whether event i must not be sent because an earlier event
+// of its key failed, recording ErrSkipped if so.
+func (b *batch) blocked(i int) bool {
+	e := b.events[i]
+	if e.Key == "" || !b.failed[e.Key] {
+		return false
+	}
+	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, sinks.ErrSkipped)
+	return true
+}
+
+// skipAfterFailures reports failed every event that succeeded after an
+// earlier event of its key failed (possible when pipelined): the relay must
+// retry it after that one, and the stream drops the retry as a duplicate.
+func (b *batch) skipAfterFailures() {
+	failed := map[string]bool{}
+	for i, e := range b.events {
+		if e.Key == "" {
+			continue
+		}
+		if b.errs[i] != nil {
+			failed[e.Key] = true
+			continue
+		}
+		if failed[e.Key] {
+			b.errs[i] = fmt.Errorf("publishing event %s to %s: %w (it was already sent and acknowledged; "+
+				"its retry is dropped as a duplicate inside the stream's duplicate window)", e.ID, e.Destination, sinks.ErrSkipped)
+		}
+	}
+}
+
+// publishCore publishes with core NATS and confirms with one flush.
+func (b *batch) publishCore(ctx context.Context, nc *natsgo.Conn) {
+	b.sent = make([]bool, len(b.events))
+	maxPayload := nc.MaxPayload()
+	anySent := false
+	for i, e := range b.events {
+		if b.blocked(i) {
+			continue
+		}
+		msg, err := encode(e, maxPayload)
+		if err != nil {
+			b.fail(i, err)
+			continue
+		}
+		if err := nc.PublishMsg(msg); err != nil {
+			err = classify(err)
+			if sinks.IsUnavailable(err) {
+				b.failRest(i, err)
+				break
+			}
+			b.fail(i, err)
+			continue
+		}
+		b.sent[i], anySent = true, true
+	}
+	if !anySent {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, b.sink.cfg.AckTimeout)
+	defer cancel()
+	err := nc.FlushWithContext(fctx)
+	if err == nil {
+		return
+	}
+	if !nc.IsConnected() {
+		err = sinks.Unavailable(fmt.Errorf("flushing: %w (connection lost)", err))
+	} else {
+		err = classify(fmt.Errorf("flushing: %w (the server may or may not have received the messages)", err))
+	}
+	for i, sent := range b.sent {
+		if sent {
+			b.fail(i, err)
+		}
+	}
+}
+
+// inflight is one sent JetStream message awaiting its PubAck.
+type inflight struct {
+	i   int
+	ack jetstream.PubAckFuture
+}
+
+// publishJetStream pipelines the batch with PublishMsgAsync, at most
+// MaxPending unacknowledged, and collects every PubAck.
+func (b *batch) publishJetStream(ctx context.Context, nc *natsgo.Conn, js jetstream.JetStream) {
+	s := b.sink
+	b.sent = make([]bool, len(b.events))
+	maxPayload := nc.MaxPayload()
+	var window []inflight
+	missing := map[string]error{} // subjects found uncovered in this call
+	for i, e := range b.events {
+		for len(window) >= s.cfg.MaxPending {
+			b.await(ctx, window[0])
+			window = window[1:]
+		}
+		if err := ctx.Err(); err != nil {
+			b.failRest(i, err)
+			break
+		}
+		if b.blocked(i) {
+			continue
+		}
+		msg, err := encode(e, maxPayload)
+		if err != nil {
+			b.fail(i, err)
+			continue
+		}
+		if *s.cfg.CheckStreams {
+			err, seen := missing[e.Destination]
+			if !seen {
+				err = s.checkStream(ctx, js, e.Destination)
+				if err != nil {
+					missing[e.Destination] = err
+				}
+			}
+			if sinks.IsUnavailable(err) {
+				b.failRest(i, err)
+				break
+			}
+			if err != nil {
+				b.fail(i, err)
+				continue
+			}
+		}
+		ack, err := js.PublishMsgAsync(msg)
+		if err != nil {
+			err = classify(err)
+			if sinks.IsUnavailable(err) {
+				b.failRest(i, err)
+				break
+			}
+			b.fail(i, err)
+			continue
+		}
+		b.sent[i] = true
+		window = append(window, inflight{i, ack})
+	}
+	for _, f := range window {
+		b.await(ctx, f)
+	}
+}
+
+// await waits for f's PubAck, bounded by ctx (the ack timeout is the
+// JetStream context's), and records the result.
+func (b *batch) await(ctx context.Context, f inflight) {
+	var err error
+	select {
+	case <-f.ack.Ok():
+		return
+	case err = <-f.ack.Err():
+	default:
+		select {
+		case <-f.ack.Ok():
+			return
+		case err = <-f.ack.Err():
+		case <-ctx.Done():
+			err = fmt.Errorf("waiting for the PubAck: %w (the message may have been stored)", ctx.Err())
+		}
+	}
+	err = classify(err)
+	if errors.Is(err, ErrNoStream) {
+		b.sink.forgetStream(b.events[f.i].Destination)
+	}
+	b.fail(f.i, err)
+}
+
+// Close flushes what the connection still buffers and closes it. Publish
+// fails with ErrClosed (Unavailable) afterwards. Close is idempotent.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.nc == nil {
+		return nil
+	}
+	var err error
+	if s.nc.IsConnected() {
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
+		defer cancel()
+		if ferr := s.nc.FlushWithContext(fctx); ferr != nil {
+			err = fmt.Errorf("closing sink %s: flushing: %w", s.name, ferr)
+		}
+	}
+	s.nc.Close()
+	return err
+}
