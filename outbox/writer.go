@@ -195,7 +195,8 @@ var emptyHeaders = []byte("{}")
 // columns holds a batch as one array per column, the parameters of the
 // insert statement.
 type columns struct {
-	ids          []uuid.UUID
+	ids          []uuid.UUID   // returned to the caller
+	pgIDs        []pgtype.UUID // the same, as pgx encodes them without reflection
 	topics       []string
 	keys         []string
 	payloads     [][]byte // JSON text; empty for binary payloads
@@ -212,6 +213,7 @@ func encode(events []Event) (*columns, error) {
 	n := len(events)
 	c := &columns{
 		ids:          make([]uuid.UUID, n),
+		pgIDs:        make([]pgtype.UUID, n),
 		topics:       make([]string, n),
 		keys:         make([]string, n),
 		payloads:     make([][]byte, n),
@@ -232,6 +234,7 @@ func encode(events []Event) (*columns, error) {
 			}
 		}
 		c.ids[i] = id
+		c.pgIDs[i] = pgtype.UUID{Bytes: id, Valid: true}
 		c.topics[i] = e.Topic
 		c.keys[i] = e.Key
 		if e.payloadIsJSON() {
@@ -261,7 +264,7 @@ func encode(events []Event) (*columns, error) {
 // args returns the statement's parameters $1 to $10, with room for $11.
 func (c *columns) args() []any {
 	args := make([]any, 10, 11)
-	args[0], args[1], args[2], args[3], args[4] = c.ids, c.topics, c.keys, c.payloads, c.payloadBins
+	args[0], args[1], args[2], args[3], args[4] = c.pgIDs, c.topics, c.keys, c.payloads, c.payloadBins
 	args[5], args[6], args[7], args[8], args[9] = c.contentTypes, c.headers, c.delaysMicro, c.availableAt, c.maxAttempts
 	return args
 }
