@@ -103,7 +103,7 @@ type Sink struct {
 	closed bool
 
 	streamsMu sync.Mutex
-	streams   map[string]string // subject → covering stream, positive results only
+	streams   map[string][]string // stream name → its subject filters, for streams found covering a subject
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -119,7 +119,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Sink{name: name, cfg: cfg, logger: logger, streams: map[string]string{}}
+	s := &Sink{name: name, cfg: cfg, logger: logger, streams: map[string][]string{}}
 	urls, _ := cfg.servers()
 	shown := make([]string, len(urls))
 	for i, u := range urls {
@@ -253,37 +253,66 @@ func (s *Sink) CheckSubjects(ctx context.Context, subjects ...string) error {
 	return errors.Join(errs...)
 }
 
-// checkStream looks up, once per subject while it succeeds, the stream
-// covering subject.
+// checkStream reports whether a stream covers subject. It asks the server
+// only for subjects that no stream it already found covers: the cache holds
+// the found streams' subject filters, so it stays as small as the number of
+// streams however many subjects the routes render.
 func (s *Sink) checkStream(ctx context.Context, js jetstream.JetStream, subject string) error {
-	s.streamsMu.Lock()
-	_, ok := s.streams[subject]
-	s.streamsMu.Unlock()
-	if ok {
-		return nil
-	}
 	if err := checkSubject(subject); err != nil {
 		return sinks.Permanent(err)
 	}
-	stream, err := js.StreamNameBySubject(ctx, subject)
+	s.streamsMu.Lock()
+	covered := false
+	for _, filters := range s.streams {
+		for _, f := range filters {
+			covered = covered || subjectMatches(f, subject)
+		}
+	}
+	s.streamsMu.Unlock()
+	if covered {
+		return nil
+	}
+	name, err := js.StreamNameBySubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("subject %q: %w (create a stream whose subjects include it, or set check_streams: false or mode: core)", subject, ErrNoStream)
 	}
 	if err != nil {
 		return classify(fmt.Errorf("looking up the stream of subject %q: %w", subject, err))
 	}
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		return classify(fmt.Errorf("reading stream %s, which covers subject %q: %w", name, subject, err))
+	}
 	s.streamsMu.Lock()
-	s.streams[subject] = stream
+	s.streams[name] = stream.CachedInfo().Config.Subjects
 	s.streamsMu.Unlock()
 	return nil
 }
 
-// forgetStream drops the cached stream of subject, after the stream stopped
-// answering for it.
-func (s *Sink) forgetStream(subject string) {
+// forgetStreams empties the stream cache, after a stream stopped answering
+// for a subject it covered (deleted, or its subjects changed).
+func (s *Sink) forgetStreams() {
 	s.streamsMu.Lock()
-	delete(s.streams, subject)
+	clear(s.streams)
 	s.streamsMu.Unlock()
+}
+
+// subjectMatches reports whether the subject filter f (with * and >
+// wildcards) matches the literal subject.
+func subjectMatches(f, subject string) bool {
+	for {
+		ft, frest, fmore := strings.Cut(f, ".")
+		st, srest, smore := strings.Cut(subject, ".")
+		switch {
+		case ft == ">":
+			return true
+		case ft != "*" && ft != st:
+			return false
+		case !fmore || !smore:
+			return fmore == smore
+		}
+		f, subject = frest, srest
+	}
 }
 
 // Publish sends events and returns one result per event; see the package
@@ -502,12 +531,13 @@ func (b *batch) await(ctx context.Context, f inflight) {
 	}
 	err = classify(err)
 	if errors.Is(err, ErrNoStream) {
-		b.sink.forgetStream(b.events[f.i].Destination)
+		b.sink.forgetStreams()
 	}
 	b.fail(f.i, err)
 }
 
-// Close flushes what the connection still buffers and closes it. Publish
+// Close flushes what the connection still buffers, within ctx's deadline
+// (or ack_timeout when ctx has none), and closes the connection. Publish
 // fails with ErrClosed (Unavailable) afterwards. Close is idempotent.
 func (s *Sink) Close(ctx context.Context) error {
 	s.mu.Lock()
@@ -521,8 +551,12 @@ func (s *Sink) Close(ctx context.Context) error {
 	}
 	var err error
 	if s.nc.IsConnected() {
-		fctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
-		defer cancel()
+		fctx := ctx
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			fctx, cancel = context.WithTimeout(ctx, s.cfg.AckTimeout)
+			defer cancel()
+		}
 		if ferr := s.nc.FlushWithContext(fctx); ferr != nil {
 			err = fmt.Errorf("closing sink %s: flushing: %w", s.name, ferr)
 		}

@@ -187,6 +187,30 @@ func TestNoStreamCoversSubject(t *testing.T) {
 			}
 		})
 	}
+	t.Run("stream deleted after first use", func(t *testing.T) {
+		str := natstest.Stream(t, nc)
+		s := open(t, nats.Config{URL: url})
+		e := sinktest.Event(str.Subject("a"), "", []byte(`{}`))
+		publishOK(t, s, e)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := js.DeleteStream(ctx, str.Name); err != nil {
+			t.Fatal(err)
+		}
+		errs := publish(t, s, sinktest.Event(str.Subject("a"), "", []byte(`{}`)))
+		if !errors.Is(errs[0], nats.ErrNoStream) || sinks.IsPermanent(errs[0]) || sinks.IsUnavailable(errs[0]) {
+			t.Fatalf("publishing after the stream was deleted: %v, want a retryable ErrNoStream", errs[0])
+		}
+		// The cache was dropped: the lookup now names the subject.
+		errs = publish(t, s, sinktest.Event(str.Subject("a"), "", []byte(`{}`)))
+		if !errors.Is(errs[0], nats.ErrNoStream) || !strings.Contains(errs[0].Error(), str.Subject("a")) {
+			t.Fatalf("second publish: %v, want ErrNoStream naming the subject", errs[0])
+		}
+	})
 	t.Run("CheckSubjects", func(t *testing.T) {
 		s := open(t, nats.Config{URL: url})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -203,6 +227,10 @@ func TestNoStreamCoversSubject(t *testing.T) {
 		}
 		e := sinktest.Event(uncovered, "", []byte(`{}`))
 		publishOK(t, s, e)
+		core := open(t, nats.Config{URL: url, Mode: nats.ModeCore})
+		if err := core.CheckSubjects(ctx, "herald_nostream.core"); err != nil {
+			t.Fatalf("CheckSubjects in core mode: %v, want nil (no stream needed)", err)
+		}
 		if got := ids(later.Messages(t)); len(got) != 1 || got[0] != e.ID {
 			t.Fatalf("stream holds %v, want [%s]", got, e.ID)
 		}
@@ -309,6 +337,33 @@ func TestAckTimeoutIsRetryable(t *testing.T) {
 	if !strings.Contains(err.Error(), "duplicate") {
 		t.Fatalf("error %q does not say the retry is deduplicated", err)
 	}
+
+	// The context ends before the ack timeout: Publish returns at the
+	// deadline, retryably.
+	long := open(t, nats.Config{URL: url, AckTimeout: time.Minute, CheckStreams: &off})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	errs = long.Publish(ctx, []sinks.Event{sinktest.Event(subject, "", []byte(`{}`))})
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Publish took %s with a 200ms context", took)
+	}
+	if err := errs[0]; !errors.Is(err, context.DeadlineExceeded) || sinks.IsPermanent(err) || sinks.IsUnavailable(err) {
+		t.Fatalf("got %v, want a retryable deadline error", err)
+	}
+}
+
+func TestCoreFlushTimeoutIsRetryable(t *testing.T) {
+	t.Parallel()
+	url := natstest.URL(t)
+	// An ack_timeout no PONG can beat: the flush fails on a live connection.
+	s := open(t, nats.Config{URL: url, Mode: nats.ModeCore, AckTimeout: time.Nanosecond})
+	errs := publish(t, s, sinktest.Event("herald_test.flush.a", "a", []byte(`{}`)), sinktest.Event("herald_test.flush.b", "b", []byte(`{}`)))
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "flushing") || sinks.IsPermanent(err) || sinks.IsUnavailable(err) {
+			t.Fatalf("event %d: %v, want a retryable flush error", i, err)
+		}
+	}
 }
 
 func TestAuthRefusedIsUnavailable(t *testing.T) {
@@ -356,6 +411,9 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 		errs := publish(t, s, sinktest.Event("herald_test.x", "", []byte(`{}`)))
 		if !sinks.IsUnavailable(errs[0]) || time.Since(start) > 3*time.Second {
 			t.Fatalf("%s: %v after %s, want Unavailable fast", mode, errs[0], time.Since(start))
+		}
+		if err := s.CheckSubjects(context.Background(), "herald_test.x"); !sinks.IsUnavailable(err) {
+			t.Fatalf("%s: CheckSubjects = %v, want Unavailable", mode, err)
 		}
 	}
 }
