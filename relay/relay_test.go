@@ -420,7 +420,7 @@ func TestRetryAfterFromTheSinkIsHonoured(t *testing.T) {
 		}
 		return nil
 	}}
-	cfg := b.config(t, sink) // backoff would retry after 50ms
+	cfg := b.config(t, sink)           // backoff would retry after 50ms
 	cfg.Backoff.Max = 10 * time.Second // Retry-After is capped at the backoff maximum
 	start := time.Now()
 	b.insert(t, ev{topic: "t", key: "k"})
