@@ -68,7 +68,9 @@ func TestServerRestartKeepsPortAndFileStreams(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartServer(t)
 	url := srv.URL()
-	nc := natstest.Connect(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	reconnected := make(chan struct{}, 1)
+	nc := natstest.Connect(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +85,10 @@ func TestServerRestartKeepsPortAndFileStreams(t *testing.T) {
 	if srv.URL() != url {
 		t.Fatalf("URL after restart %s, want %s", srv.URL(), url)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !nc.IsConnected() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-reconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client did not reconnect to the restarted server")
 	}
 	publish(t, js, str.Subject("a"), "after")
 	got := str.Messages(t)
