@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/migrations/pgtest"
 )
 
@@ -83,33 +84,60 @@ func TestMigrateLifecycle(t *testing.T) {
 			t.Fatalf("the password was printed:\n%s", r)
 		}
 	}
-	applied := regexp.MustCompile(`001\s+outbox\s+\d{4}-\d\d-\d\dT`)
-	pending := regexp.MustCompile(`001\s+outbox\s+pending`)
-
-	r := runRelay(t, nil, args("migrate", "status")...)
-	check(r, 0, "VERSION", "NAME", "APPLIED AT")
-	if !pending.MatchString(r.stdout) {
-		t.Fatalf("status before up should show 001 pending:\n%s", r)
+	all, err := migrations.All(migrations.Tables{}.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
 	}
-	check(runRelay(t, nil, args("migrate", "up")...), 0, "applied 001_outbox")
+	latest := all[len(all)-1]
+	label := func(m migrations.Migration) string { return fmt.Sprintf("%03d_%s", m.Version, m.Name) }
+	row := func(m migrations.Migration, at string) *regexp.Regexp {
+		return regexp.MustCompile(fmt.Sprintf(`(?m)^%03d\s+%s\s+%s`, m.Version, m.Name, at))
+	}
+	const appliedAt, pendingAt = `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, `pending$`
+	statusIs := func(at func(m migrations.Migration) string) {
+		t.Helper()
+		r := runRelay(t, nil, args("migrate", "status")...)
+		check(r, 0, "VERSION", "NAME", "APPLIED AT")
+		for _, m := range all {
+			if !row(m, at(m)).MatchString(r.stdout) {
+				t.Fatalf("status: want %s %s:\n%s", label(m), at(m), r)
+			}
+		}
+	}
+	allPending := func(migrations.Migration) string { return pendingAt }
+	allApplied := func(migrations.Migration) string { return appliedAt }
+
+	statusIs(allPending)
+	r := runRelay(t, nil, args("migrate", "up")...)
+	check(r, 0)
+	for _, m := range all {
+		if !strings.Contains(r.stdout, "applied "+label(m)) {
+			t.Fatalf("up did not apply %s:\n%s", label(m), r)
+		}
+	}
 	r = runRelay(t, nil, args("migrate", "up")...)
 	check(r, 0, "nothing to apply")
-	if strings.Contains(r.stdout, "applied 001") {
+	if strings.Contains(r.stdout, "applied 0") {
 		t.Fatalf("second up applied something:\n%s", r)
 	}
-	r = runRelay(t, nil, args("migrate", "status")...)
-	check(r, 0)
-	if !applied.MatchString(r.stdout) {
-		t.Fatalf("status after up should show 001 applied:\n%s", r)
-	}
-	check(runRelay(t, nil, args("migrate", "down")...), 0, "reverted 001_outbox")
+	statusIs(allApplied)
+	check(runRelay(t, nil, args("migrate", "down")...), 0, "reverted "+label(latest))
+	statusIs(func(m migrations.Migration) string {
+		if m.Version == latest.Version {
+			return pendingAt
+		}
+		return appliedAt
+	})
+	check(runRelay(t, nil, args("migrate", "down", "--steps", "100")...), 0, "reverted 001_outbox")
 	check(runRelay(t, nil, args("migrate", "down")...), 0, "nothing to revert")
-	r = runRelay(t, nil, args("migrate", "status")...)
-	check(r, 0)
-	if !pending.MatchString(r.stdout) {
-		t.Fatalf("status after down should show 001 pending:\n%s", r)
+	statusIs(allPending)
+	r = runRelay(t, nil, args("migrate", "up", "--target", "1")...)
+	check(r, 0, "applied 001_outbox")
+	if len(all) > 1 && strings.Contains(r.stdout, "applied "+label(all[1])) {
+		t.Fatalf("up --target 1 applied more:\n%s", r)
 	}
-	check(runRelay(t, nil, args("migrate", "up", "--target", "1")...), 0, "applied 001_outbox")
+	check(runRelay(t, nil, args("migrate", "up")...), 0, "applied "+label(latest))
+	statusIs(allApplied)
 }
 
 func TestMigrateConcurrent(t *testing.T) {
@@ -346,5 +374,65 @@ func TestRunDeliversAndStopsGracefully(t *testing.T) {
 	}
 	if strings.Contains(out, password) {
 		t.Fatalf("the password was printed:\n%s", out)
+	}
+}
+
+func TestRunRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	url, _ := dbURL(t)
+	pool := pgtest.Pool(t)
+	tables := pgtest.Schema(t, pool)
+	if _, err := pool.Exec(context.Background(), "INSERT INTO "+tables.Versions()+" (version, name) VALUES (999, 'from_the_future')"); err != nil {
+		t.Fatal(err)
+	}
+	r := runRelay(t, nil, "run", "--config", runConfig(t, url, tables.Schema, ""))
+	if r.code != 1 || !strings.Contains(r.stderr, "newer than this relay") {
+		t.Fatalf("want exit 1 refusing a newer schema:\n%s", r)
+	}
+}
+
+func TestRunSinkCreationFails(t *testing.T) {
+	t.Parallel()
+	url, password := dbURL(t)
+	pool := pgtest.Pool(t)
+	tables := pgtest.Schema(t, pool)
+	// The templates directory is read when the sink is created, not at load.
+	cfg := writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+sinks:
+  - name: mail
+    type: email
+    smtp: {host: 127.0.0.1, port: 1}
+    from: shop@example.com
+    templates_dir: /nonexistent/templates
+routes: [{topics: ["*"], sinks: [mail]}]
+`, url, tables.Schema))
+	r := runRelay(t, nil, "run", "--config", cfg)
+	if r.code != 1 || !strings.Contains(r.stderr, "creating email sink mail") {
+		t.Fatalf("want exit 1 naming the sink:\n%s", r)
+	}
+	if strings.Contains(r.stderr, password) {
+		t.Fatalf("the password was printed:\n%s", r)
+	}
+}
+
+func TestDatabaseURLPrecedence(t *testing.T) {
+	t.Parallel()
+	url, _ := dbURL(t)
+	s := schema(t)
+	const unreachable = "postgres://postgres@127.0.0.1:1/test?connect_timeout=2"
+	cfg := writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+sinks: [{name: console, type: stdout}]
+routes: [{topics: ["*"], sinks: [console]}]
+`, unreachable, s))
+	if r := runRelay(t, nil, "migrate", "status", "--config", cfg); r.code != 1 || !strings.Contains(r.stderr, "127.0.0.1:1") {
+		t.Fatalf("database.url should be used without DATABASE_URL:\n%s", r)
+	}
+	if r := runRelay(t, []string{"DATABASE_URL=" + url}, "migrate", "status", "--config", cfg); r.code != 0 {
+		t.Fatalf("DATABASE_URL should override database.url:\n%s", r)
+	}
+	if r := runRelay(t, []string{"DATABASE_URL=" + unreachable}, "migrate", "status", "--config", cfg, "--database-url", url); r.code != 0 {
+		t.Fatalf("--database-url should override DATABASE_URL:\n%s", r)
 	}
 }

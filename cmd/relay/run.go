@@ -59,8 +59,9 @@ func (s *setup) run(ctx context.Context) error {
 	s.logger.InfoContext(ctx, "relay: connected", "database", s.redactedURL())
 
 	if err := migrations.Check(ctx, pool, s.tables); err != nil {
-		if errors.Is(err, migrations.ErrNotMigrated) {
-			return runtimeError(err)
+		if ctx.Err() != nil {
+			s.logger.InfoContext(ctx, "relay: stopped while starting")
+			return nil
 		}
 		return runtimeError(s.scrub(err))
 	}
