@@ -1,40 +1,66 @@
 package relay
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/sinks"
 )
 
 // BenchmarkDrain measures claim + publish (discard) + record: b.N events
-// over 1,000 keys, committed up front, drained by one relay.
+// committed up front, drained by one or more relays.
 func BenchmarkDrain(b *testing.B) {
-	for _, keys := range []int{1000, 10} {
-		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+	for _, c := range []struct {
+		keys, relays int
+		syncOff      bool
+	}{{1000, 1, false}, {1000, 1, true}, {1000, 2, true}, {10, 1, true}, {0, 1, true}} {
+		b.Run(fmt.Sprintf("keys=%d/relays=%d/sync_off=%v", c.keys, c.relays, c.syncOff), func(b *testing.B) {
 			tb := setup(b)
 			evs := make([]ev, 0, 10000)
 			for i := 0; i < b.N; i++ {
-				evs = append(evs, ev{topic: "bench", key: fmt.Sprintf("k%d", i%keys),
+				key := fmt.Sprintf("k%d", i)
+				if c.keys > 0 {
+					key = fmt.Sprintf("k%d", i%c.keys)
+				}
+				evs = append(evs, ev{topic: "bench", key: key,
 					payload: `{"order_id":"00000000","amount":12345,"currency":"EUR","customer":"c-0000000","items":[{"sku":"sku-1","qty":1}],"note":"padding to about two hundred bytes of json payload......."}`})
 				if len(evs) == cap(evs) || i == b.N-1 {
 					tb.insert(b, evs...)
 					evs = evs[:0]
 				}
 			}
-			cfg := tb.config(b, sinks.NewDiscard("discard"))
-			cfg.BatchSize = 1000
+			pcfg, err := pgxpool.ParseConfig(pgtest.URL(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if c.syncOff {
+				pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := time.Now()
-			stop := tb.start(b, cfg)
+			for i := range c.relays {
+				pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer pool.Close()
+				rb := &testBundle{pool: pool, tables: tb.tables}
+				cfg := rb.config(b, sinks.NewDiscard("discard"))
+				cfg.BatchSize = 1000
+				cfg.Owner = fmt.Sprintf("bench-%d", i)
+				defer rb.start(b, cfg)()
+			}
 			for tb.count(b, "true") > 0 {
 				time.Sleep(5 * time.Millisecond)
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
-			stop()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 		})
 	}
