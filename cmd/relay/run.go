@@ -99,7 +99,7 @@ func (s *setup) run(ctx context.Context) error {
 // retrying cannot fix (authentication refused, no such database) end it with
 // an error. It returns a nil pool when ctx ends first.
 func (s *setup) connectRetrying(ctx context.Context) (*pgxpool.Pool, error) {
-	pool, err := s.newPool(ctx)
+	pool, err := s.newPool(ctx, relay.ConfigurePool)
 	if err != nil {
 		return nil, err
 	}

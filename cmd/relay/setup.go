@@ -86,10 +86,15 @@ func (s *setup) scrub(err error) error {
 const pingTimeout = 10 * time.Second
 
 // newPool returns a pool on the database (connections are opened lazily).
-func (s *setup) newPool(ctx context.Context) (*pgxpool.Pool, error) {
+// configure, when given, adjusts the pool first (relay.ConfigurePool for
+// the relay's own sessions).
+func (s *setup) newPool(ctx context.Context, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(s.dbURL)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("database.url: %w", s.scrub(err)))
+	}
+	for _, c := range configure {
+		c(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
