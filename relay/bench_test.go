@@ -65,3 +65,43 @@ func BenchmarkDrain(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOneRowPerTransaction is the loop most outbox articles show, for
+// comparison: one transaction per event that locks the oldest row, publishes
+// it (to nothing here) while holding the lock, deletes it and commits.
+func BenchmarkOneRowPerTransaction(b *testing.B) {
+	tb := setup(b)
+	evs := make([]ev, 0, 10000)
+	for i := 0; i < b.N; i++ {
+		evs = append(evs, ev{topic: "bench", key: fmt.Sprintf("k%d", i%1000)})
+		if len(evs) == cap(evs) || i == b.N-1 {
+			tb.insert(b, evs...)
+			evs = evs[:0]
+		}
+	}
+	ctx := context.Background()
+	sink := sinks.NewDiscard("discard")
+	lock := `SELECT seq, id, topic, key, payload FROM ` + tb.tables.Outbox() + ` ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED`
+	del := `DELETE FROM ` + tb.tables.Outbox() + ` WHERE seq = $1`
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		tx, err := tb.pool.Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var e sinks.Event
+		var key *string
+		if err := tx.QueryRow(ctx, lock).Scan(&e.Seq, &e.ID, &e.Topic, &key, &e.Payload); err != nil {
+			b.Fatal(err)
+		}
+		sink.Publish(ctx, []sinks.Event{e})
+		if _, err := tx.Exec(ctx, del, e.Seq); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
