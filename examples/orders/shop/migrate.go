@@ -2,8 +2,8 @@ package shop
 
 import (
 	"bytes"
-	_ "embed"
 	"context"
+	_ "embed"
 	"fmt"
 	"text/template"
 
