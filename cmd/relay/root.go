@@ -40,5 +40,6 @@ configuration errors.`,
 	root.AddCommand(newMigrateCommand(g))
 	root.AddCommand(newRunCommand(g))
 	root.AddCommand(newVersionCommand())
+	root.AddCommand(newBenchCommand(g))
 	return root
 }

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/heraldhq/herald/relay/relaybench"
+)
+
+func newBenchCommand(g *globalFlags) *cobra.Command {
+	var (
+		cfg        relaybench.Config
+		mode, sink string
+		asJSON     bool
+		cpuProfile string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the relay against this database: drain a backlog or serve live traffic, then verify delivery",
+		Long: `Measure the relay against this database, in a schema of its own (created,
+migrated, and dropped at the end unless --keep).
+
+--mode drain (the default) commits --events events over --keys keys in one
+transaction once the relays are ready, and times their delivery: events/s,
+per-batch claim/publish/record timings, CPU and peak RSS.
+
+--mode live commits events one per transaction through the outbox library
+from --producers goroutines at --rate events/s (0: as fast as they can) for
+--duration while the relays run, and reports the commit-to-publish latency of
+each event (sink acknowledgement minus the time tx.Commit returned).
+--baseline D first runs the producers for D with no relay and compares their
+commit rates. --report-every prints events/s, latency, backlog, table size
+and dead tuples periodically.
+
+Every run then verifies that each committed event was acknowledged at least
+once and that each key's events arrived in seq order, and exits 1 when not.
+The database comes from --database-url, DATABASE_URL or database.url in
+--config. Relays run in this process; CPU and RSS are this process's.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.schema != "" {
+				return usageError(errors.New("--schema: relay bench creates and drops a schema of its own"))
+			}
+			s, err := g.load(false)
+			if err != nil {
+				return err
+			}
+			cfg.DatabaseURL = s.dbURL
+			cfg.Table = s.tables.Table
+			cfg.Mode = relaybench.Mode(mode)
+			cfg.Sink = sink
+			cfg.KeysSet = cmd.Flags().Changed("keys")
+			if cfg.Rate == 0 {
+				cfg.Rate = -1 // as fast as they can
+			}
+			// Relays log warnings and errors only (to stderr).
+			cfg.Logger = slog.New(warnOnly{s.logger.Handler()})
+			cfg.Progress = cmd.ErrOrStderr()
+			if err := cfg.WithDefaults().Validate(); err != nil {
+				return usageError(errors.New(s.scrub(err).Error()))
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return usageError(fmt.Errorf("--cpuprofile: %w", err))
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return runtimeError(fmt.Errorf("--cpuprofile: %w", err))
+				}
+				defer pprof.StopCPUProfile()
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			res, err := relaybench.Run(ctx, cfg)
+			if res == nil {
+				return runtimeError(s.scrub(err))
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if werr := enc.Encode(res); werr != nil {
+					return runtimeError(werr)
+				}
+			} else if werr := res.WriteText(cmd.OutOrStdout()); werr != nil {
+				return runtimeError(werr)
+			}
+			if err != nil {
+				return runtimeError(err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&mode, "mode", string(relaybench.ModeDrain), "drain (time a committed backlog) or live (latency under a steady rate)")
+	f.IntVar(&cfg.Events, "events", relaybench.DefaultEvents, "drain: events in the backlog")
+	f.IntVar(&cfg.Keys, "keys", relaybench.DefaultKeys, "distinct keys (0: every event its own key)")
+	f.IntVar(&cfg.PayloadBytes, "payload-bytes", relaybench.DefaultPayloadBytes, "size of each event's JSON payload")
+	f.IntVar(&cfg.Relays, "relays", 1, "in-process relays, each with its own connection pool")
+	f.IntVar(&cfg.BatchSize, "batch-size", 0, "relay.batch_size (0: the relay's default)")
+	f.BoolVar(&cfg.PollOnly, "poll-only", false, "relay.poll_only: no LISTEN/NOTIFY")
+	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, "relay.poll_interval (0: the relay's default)")
+	f.DurationVar(&cfg.Lease, "lease", 0, "relay.lease (0: the relay's default)")
+	f.IntVar(&cfg.Rate, "rate", relaybench.DefaultRate, "live: producers' total events/s (0: as fast as they can)")
+	f.IntVar(&cfg.Producers, "producers", relaybench.DefaultProducers, "live: producer goroutines, one event per transaction")
+	f.DurationVar(&cfg.Duration, "duration", relaybench.DefaultDuration, "live: how long producers run")
+	f.DurationVar(&cfg.Baseline, "baseline", 0, "live: first run the producers this long with no relay and compare commit rates")
+	f.DurationVar(&cfg.ReportEvery, "report-every", 0, "print events/s, latency, backlog, table size and dead tuples at this interval")
+	f.StringVar(&sink, "sink", relaybench.SinkDiscard, "discard, nats (JetStream), kafka (in-process kfake) or webhook (in-process receiver)")
+	f.StringVar(&cfg.NATSURL, "nats-url", relaybench.DefaultNATSURL, "nats: JetStream server (a throwaway stream is created and deleted)")
+	f.BoolVar(&cfg.NATSEmbedded, "nats-embedded", false, "nats: start an in-process nats-server instead of --nats-url")
+	f.BoolVar(&cfg.NATSFileStorage, "nats-file-storage", false, "nats: file storage for the stream (default memory)")
+	f.IntVar(&cfg.KafkaPartitions, "kafka-partitions", relaybench.DefaultKafkaPartitions, "kafka: partitions of the topic")
+	f.DurationVar(&cfg.Timeout, "timeout", relaybench.DefaultTimeout, "give up waiting for deliveries after this long")
+	f.BoolVar(&cfg.Keep, "keep", false, "keep the bench schema instead of dropping it")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	return cmd
+}
+
+// warnOnly passes on warnings and errors only: a bench's relays are quiet.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnOnly) WithAttrs(attrs []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(attrs)} }
+
+func (h warnOnly) WithGroup(name string) slog.Handler { return warnOnly{h.Handler.WithGroup(name)} }

@@ -1,0 +1,549 @@
+package relaybench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/relay"
+	"github.com/heraldhq/herald/sinks"
+)
+
+// Result is what a run measured.
+type Result struct {
+	Mode         Mode   `json:"mode"`
+	Sink         string `json:"sink"`
+	Schema       string `json:"schema"`
+	Relays       int    `json:"relays"`
+	BatchSize    int    `json:"batch_size"`
+	PollOnly     bool   `json:"poll_only"`
+	Keys         int    `json:"keys"`
+	PayloadBytes int    `json:"payload_bytes"`
+
+	// Events is the number of events committed in the measured phase.
+	Events int `json:"events"`
+	// ElapsedSeconds is the measured phase: from the backlog's commit to the
+	// last event recorded (drain), or from the producers' start to the last
+	// event recorded (live).
+	ElapsedSeconds float64 `json:"elapsed_s"`
+	// EventsPerSecond is Events over ElapsedSeconds.
+	EventsPerSecond float64 `json:"events_per_s"`
+	// Latency is commit-to-acknowledgement per event (live mode only).
+	Latency *Percentiles `json:"latency_ms,omitempty"`
+	// Claim and Record are the relays' per-batch claim and record round
+	// trips (batches that claimed nothing are left out of Claim).
+	Claim *Percentiles `json:"claim_ms,omitempty"`
+	// Publish is the sink's Publish calls, when the engine reports them.
+	Publish    *Percentiles `json:"publish_ms,omitempty"`
+	Record     *Percentiles `json:"record_ms,omitempty"`
+	MeanBatch  float64      `json:"mean_batch"`
+	Failures   int64        `json:"failed_deliveries"`
+	CPUSeconds float64      `json:"cpu_s"`
+	// CPUCores is CPUSeconds over ElapsedSeconds.
+	CPUCores float64 `json:"cpu_cores"`
+	// CPUScope says what CPUSeconds includes.
+	CPUScope     string `json:"cpu_scope"`
+	PeakRSSBytes int64  `json:"peak_rss_bytes"`
+	// RSSScope says over what PeakRSSBytes is the peak.
+	RSSScope string `json:"rss_scope"`
+	// RecorderBytes is the memory the recording of deliveries holds
+	// (included in PeakRSSBytes).
+	RecorderBytes int64 `json:"recorder_bytes"`
+	// LanesSettled is whether the relays had shared the lanes out before
+	// the measured phase began.
+	LanesSettled bool            `json:"lanes_settled"`
+	Producers    *ProducerResult `json:"producers,omitempty"`
+	Intervals    []Interval      `json:"intervals,omitempty"`
+	// RowsLeft is the outbox rows left once the relays stopped.
+	RowsLeft     int64        `json:"rows_left"`
+	Verification Verification `json:"verification"`
+}
+
+// Percentiles summarises durations, in milliseconds.
+type Percentiles struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+// ProducerResult is the producers' side of a live run.
+type ProducerResult struct {
+	Producers int `json:"producers"`
+	// TargetRate is the rate asked for; -1 for as fast as they can.
+	TargetRate int `json:"target_rate"`
+	// CommitRate is the commits per second achieved with the relays running.
+	CommitRate float64 `json:"commit_rate"`
+	Errors     int64   `json:"errors"`
+	// BaselineCommitRate is the commit rate with no relay (0 without
+	// Config.Baseline).
+	BaselineCommitRate float64 `json:"baseline_commit_rate,omitempty"`
+	// Ratio is CommitRate over BaselineCommitRate.
+	Ratio float64 `json:"ratio,omitempty"`
+}
+
+// Interval is one periodic report.
+type Interval struct {
+	AtSeconds       float64 `json:"at_s"`
+	EventsPerSecond float64 `json:"events_per_s"`
+	LatencyP50      float64 `json:"latency_p50_ms,omitempty"`
+	LatencyP99      float64 `json:"latency_p99_ms,omitempty"`
+	Backlog         int64   `json:"backlog"`
+	TableBytes      int64   `json:"table_bytes"`
+	DeadTuples      int64   `json:"dead_tuples"`
+	CommitRate      float64 `json:"commit_rate,omitempty"`
+}
+
+// run is one benchmark run's state.
+type run struct {
+	cfg    Config
+	log    *slog.Logger
+	ids    idCodec
+	name   string // unique run name (hex)
+	tables migrations.Tables
+	admin  *pgxpool.Pool
+	dest   *destinationEnv
+	origin time.Time
+	rec    *Recording
+	obs    *observer
+	res    *Result
+
+	// target is the number of distinct events whose delivery ends the
+	// measured phase; finished is closed (at finishedAt) once they are
+	// delivered and recorded.
+	target     atomic.Int64
+	finishOnce sync.Once
+	finished   chan struct{}
+	finishedAt atomic.Int64
+
+	committed   atomic.Int64
+	commitNanos []int64 // live: by index, when tx.Commit returned; 0 = not committed
+}
+
+// Run performs one benchmark run as cfg describes and returns its result.
+// When the verification fails, it returns the Result and the verification's
+// error; other errors mean the run could not be carried out.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var nonce [8]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, fmt.Errorf("drawing the run's id: %w", err)
+	}
+	r := &run{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		ids:      newIDCodec(nonce),
+		name:     hex.EncodeToString(nonce[:6]),
+		finished: make(chan struct{}),
+		obs:      &observer{},
+	}
+	r.tables = migrations.Tables{Schema: "herald_bench_" + r.name, Table: cfg.Table}
+	if err := r.tables.Validate(); err != nil {
+		return nil, fmt.Errorf("--table: %w", err)
+	}
+	r.res = &Result{Mode: cfg.Mode, Sink: cfg.Sink, Schema: r.tables.Schema, Relays: cfg.Relays, BatchSize: cfg.BatchSize,
+		PollOnly: cfg.PollOnly, Keys: cfg.Keys, PayloadBytes: cfg.PayloadBytes}
+	if r.res.BatchSize == 0 {
+		r.res.BatchSize = relay.Config{}.WithDefaults().BatchSize
+	}
+
+	admin, err := newPool(ctx, cfg.DatabaseURL, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	r.admin = admin
+	if err := r.createSchema(ctx); err != nil {
+		return nil, err
+	}
+	defer r.dropSchema(ctx)
+
+	dest, err := startDestination(ctx, cfg, r.name, r.log)
+	if err != nil {
+		return nil, err
+	}
+	r.dest = dest
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := dest.close(closeCtx); err != nil {
+			r.log.Warn("relaybench: tearing down the sink's destination", "error", err)
+		}
+	}()
+
+	r.origin = time.Now()
+	switch cfg.Mode {
+	case ModeDrain:
+		r.rec = newRecording(r.ids, r.origin, cfg.Events)
+		err = r.drain(ctx)
+	case ModeLive:
+		r.rec = newRecording(r.ids, r.origin, cfg.liveCapacity())
+		err = r.live(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.res.RecorderBytes = r.rec.bytes()
+	if err := r.res.Verification.Err(); err != nil {
+		return r.res, err
+	}
+	return r.res, nil
+}
+
+func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New("--database-url: not a valid PostgreSQL connection string")
+	}
+	if maxConns > 0 {
+		pc.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the database: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to the database: %w", err)
+	}
+	return pool, nil
+}
+
+func (r *run) createSchema(ctx context.Context) error {
+	m, err := migrations.NewMigrator(r.admin, r.tables, r.log)
+	if err != nil {
+		return err
+	}
+	if _, err := m.Up(ctx, 0); err != nil {
+		r.dropSchema(ctx)
+		return fmt.Errorf("migrating the bench schema %s: %w", r.tables.Schema, err)
+	}
+	return nil
+}
+
+func (r *run) dropSchema(ctx context.Context) {
+	if r.cfg.Keep {
+		fmt.Fprintf(r.cfg.Progress, "keeping schema %s (--keep)\n", r.tables.Schema)
+		return
+	}
+	dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if _, err := r.admin.Exec(dropCtx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.tables.Schema}.Sanitize()+" CASCADE"); err != nil {
+		r.log.Warn("relaybench: dropping the bench schema", "schema", r.tables.Schema, "error", err)
+	}
+}
+
+// relays is the set of running in-process relays.
+type relays struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	pools  []*pgxpool.Pool
+	sinks  []sinks.Sink
+	errs   chan error
+}
+
+// startRelays starts cfg.Relays relays, each with its own pool and sink.
+func (r *run) startRelays(ctx context.Context) (*relays, error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	rs := &relays{cancel: cancel, errs: make(chan error, r.cfg.Relays)}
+	for i := range r.cfg.Relays {
+		pool, err := newPool(ctx, r.cfg.DatabaseURL, 0)
+		if err != nil {
+			rs.stop(ctx, r.log)
+			return nil, err
+		}
+		rs.pools = append(rs.pools, pool)
+		name := fmt.Sprintf("bench-%d", i)
+		inner, err := r.dest.newSink(name)
+		if err != nil {
+			rs.stop(ctx, r.log)
+			return nil, fmt.Errorf("creating %s sink %s: %w", r.cfg.Sink, name, err)
+		}
+		sink := &Recorder{Sink: inner, rec: r.rec}
+		rs.sinks = append(rs.sinks, sink)
+		rl, err := relay.New(pool, relay.Config{
+			Tables:          r.tables,
+			Owner:           fmt.Sprintf("bench-%s-%d", r.name, i),
+			BatchSize:       r.cfg.BatchSize,
+			Lease:           r.cfg.Lease,
+			PollInterval:    r.cfg.PollInterval,
+			PollOnly:        r.cfg.PollOnly,
+			ShutdownTimeout: 10 * time.Second,
+			Routes:          []relay.Route{{Topics: []string{"*"}, Targets: []relay.Target{{Sink: sink, Destination: r.dest.destination}}}},
+			Logger:          r.log,
+			Observer:        r.obs,
+		})
+		if err != nil {
+			rs.stop(ctx, r.log)
+			return nil, fmt.Errorf("starting relay %d: %w", i, err)
+		}
+		rs.wg.Add(1)
+		go func() {
+			defer rs.wg.Done()
+			if err := rl.Run(runCtx); err != nil {
+				rs.errs <- fmt.Errorf("relay %d: %w", i, err)
+			}
+		}()
+	}
+	return rs, nil
+}
+
+// stop stops the relays (they finish the batch in flight), then closes
+// their sinks and pools.
+func (rs *relays) stop(ctx context.Context, log *slog.Logger) {
+	rs.cancel()
+	rs.wg.Wait()
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for _, s := range rs.sinks {
+		if err := s.Close(closeCtx); err != nil {
+			log.Warn("relaybench: closing sink", "sink", s.Name(), "error", err)
+		}
+	}
+	for _, p := range rs.pools {
+		p.Close()
+	}
+}
+
+// failed returns the first error a relay stopped with, if any.
+func (rs *relays) failed() error {
+	select {
+	case err := <-rs.errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// awaitLanes waits (up to 15s) until every lane is leased and the relays
+// hold a fair share each, so that the measured phase does not include the
+// first rebalancing. It reports whether they got there.
+func (r *run) awaitLanes(ctx context.Context, rs *relays) (bool, error) {
+	fair := (64 + r.cfg.Relays - 1) / r.cfg.Relays
+	deadline := time.Now().Add(15 * time.Second)
+	q := `SELECT owner, count(*) FROM ` + r.tables.Lanes() + ` WHERE owner IS NOT NULL AND lease_until > now() GROUP BY owner`
+	for {
+		if err := rs.failed(); err != nil {
+			return false, err
+		}
+		rows, err := r.admin.Query(ctx, q)
+		if err != nil {
+			return false, fmt.Errorf("reading lane leases: %w", err)
+		}
+		owners, total, most := 0, 0, 0
+		var (
+			owner string
+			n     int
+		)
+		_, err = pgx.ForEachRow(rows, []any{&owner, &n}, func() error {
+			owners++
+			total += n
+			most = max(most, n)
+			return nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("reading lane leases: %w", err)
+		}
+		if owners == r.cfg.Relays && total == 64 && most <= fair {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return false, ctx.Err()
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// checkFinished closes finished once target distinct events are delivered
+// and at least that many outcomes recorded.
+func (r *run) checkFinished() {
+	target := r.target.Load()
+	if target <= 0 || int64(r.rec.Unique()) < target || r.obs.recorded.Load() < target {
+		return
+	}
+	r.finishOnce.Do(func() {
+		r.finishedAt.Store(time.Since(r.origin).Nanoseconds())
+		close(r.finished)
+	})
+}
+
+// waitFinished waits for finished, a relay failure or the timeout.
+func (r *run) waitFinished(ctx context.Context, rs *relays, timeout time.Duration) error {
+	r.checkFinished()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-r.finished:
+		return nil
+	case err := <-rs.errs:
+		return err
+	case <-t.C:
+		fmt.Fprintf(r.cfg.Progress, "timed out after %s: %d of %d events delivered\n", timeout, r.rec.Unique(), r.target.Load())
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// insertSQL writes events $1 to $2 of the backlog; ids, keys and payload
+// follow idCodec and keyName.
+func (r *run) insertSQL() string {
+	return `INSERT INTO ` + r.tables.Outbox() + ` (id, topic, key, payload)
+SELECT ($5::text || lpad(to_hex(i), 16, '0'))::uuid, 'bench',
+       'k' || CASE WHEN $3::bigint > 0 THEN i % $3::bigint ELSE i END, $4::json
+FROM generate_series($1::bigint, $2::bigint) AS i
+ORDER BY i`
+}
+
+func payload(size int) string {
+	return `{"pad":"` + strings.Repeat("x", size-minPayloadBytes) + `"}`
+}
+
+// drain commits the backlog in one transaction once the relays are ready,
+// and times its delivery.
+func (r *run) drain(ctx context.Context) error {
+	cfg := r.cfg
+	r.rec.onRecord = func(int) { r.checkFinished() }
+	r.obs.onRecorded = r.checkFinished
+	rs, err := r.startRelays(ctx)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			rs.stop(ctx, r.log)
+		}
+	}
+	defer stop()
+	if r.res.LanesSettled, err = r.awaitLanes(ctx, rs); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(cfg.Progress, "inserting %d events over %s in schema %s...\n", cfg.Events, keysText(cfg.Keys), r.tables.Schema)
+	insertStart := time.Now()
+	tx, err := r.admin.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("inserting the backlog: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	const chunk = 50_000
+	pl := payload(cfg.PayloadBytes)
+	for lo := 0; lo < cfg.Events; lo += chunk {
+		hi := min(lo+chunk, cfg.Events) - 1
+		if _, err := tx.Exec(ctx, r.insertSQL(), lo, hi, cfg.Keys, pl, r.ids.nonceHex()); err != nil {
+			return fmt.Errorf("inserting events %d to %d of the backlog: %w", lo, hi, err)
+		}
+	}
+	// Fresh statistics, as autovacuum would have gathered for a backlog.
+	if _, err := tx.Exec(ctx, "ANALYZE "+r.tables.Outbox()); err != nil {
+		return fmt.Errorf("analyzing the backlog: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", r.tables.Channel()); err != nil {
+		return fmt.Errorf("notifying the relays: %w", err)
+	}
+	rssScope := "the measured phase (VmHWM reset at its start); includes the recorder and the in-process sink peer"
+	if !resetPeakRSS() {
+		rssScope = "the whole process (peak RSS could not be reset)"
+	}
+	cpu0 := cpuTime()
+	r.target.Store(int64(cfg.Events))
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing the backlog: %w", err)
+	}
+	start := time.Since(r.origin).Nanoseconds()
+	fmt.Fprintf(cfg.Progress, "inserted in %s; draining with %d relay(s)...\n", time.Since(insertStart).Round(time.Millisecond), cfg.Relays)
+
+	stopReports := r.startReports(ctx, start, nil)
+	err = r.waitFinished(ctx, rs, cfg.Timeout)
+	stopReports()
+	if err != nil {
+		return err
+	}
+	end := r.finishedAt.Load()
+	if end == 0 {
+		end = time.Since(r.origin).Nanoseconds()
+	}
+	cpu := cpuTime() - cpu0
+	r.res.PeakRSSBytes, r.res.RSSScope = peakRSS(), rssScope
+	stop()
+
+	committed := make([]bool, cfg.Events)
+	for i := range committed {
+		committed[i] = true
+	}
+	r.finish(ctx, committed, end-start, cpu, "the whole process: relays, sink client and its in-process peer (kafka, nats --nats-embedded, webhook), recorder; not PostgreSQL")
+	return nil
+}
+
+// finish fills the result's common fields once the relays stopped.
+func (r *run) finish(ctx context.Context, committed []bool, elapsedNanos int64, cpu time.Duration, cpuScope string) {
+	res := r.res
+	res.Events = int(r.target.Load())
+	res.ElapsedSeconds = float64(elapsedNanos) / 1e9
+	if res.ElapsedSeconds > 0 {
+		res.EventsPerSecond = float64(res.Events) / res.ElapsedSeconds
+		res.CPUCores = cpu.Seconds() / res.ElapsedSeconds
+	}
+	res.CPUSeconds, res.CPUScope = cpu.Seconds(), cpuScope
+	res.Claim, res.Publish, res.Record, res.MeanBatch = r.obs.summary()
+	res.Failures = r.obs.failed.Load()
+	if err := r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.tables.Outbox()).Scan(&res.RowsLeft); err != nil {
+		r.log.Warn("relaybench: counting rows left", "error", err)
+		res.RowsLeft = -1
+	}
+	res.Verification = Verify(r.rec.all(), committed)
+}
+
+func keysText(keys int) string {
+	if keys == 0 {
+		return "one key per event"
+	}
+	return fmt.Sprintf("%d keys", keys)
+}
+
+// warnHandler passes on warnings and errors only.
+type warnHandler struct{ slog.Handler }
+
+func (h warnHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warnHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h warnHandler) WithGroup(name string) slog.Handler {
+	return warnHandler{h.Handler.WithGroup(name)}
+}

@@ -1,0 +1,172 @@
+package relaybench_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/relay/relaybench"
+	"github.com/heraldhq/herald/sinks/nats/natstest"
+)
+
+// run runs cfg against the test database and checks the verification and
+// that the run's schema is gone.
+func run(t *testing.T, cfg relaybench.Config) *relaybench.Result {
+	t.Helper()
+	cfg.DatabaseURL = pgtest.URL(t)
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := relaybench.Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	v := res.Verification
+	if !v.OK() || v.Lost != 0 || !v.KeyOrderIntact || v.Events != res.Events || v.Delivered != res.Events {
+		t.Fatalf("verification %+v", v)
+	}
+	var text bytes.Buffer
+	if err := res.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "verified: ") || !strings.Contains(text.String(), "key order intact") {
+		t.Fatalf("text output lacks the verification line:\n%s", text.String())
+	}
+	pool := pgtest.Pool(t)
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", res.Schema).Scan(&exists); err != nil || exists {
+		t.Fatalf("schema %s still exists (%v)", res.Schema, err)
+	}
+	return res
+}
+
+func TestDrainDiscardTwoRelays(t *testing.T) {
+	t.Parallel()
+	res := run(t, relaybench.Config{Events: 2000, Relays: 2, BatchSize: 100})
+	if res.Events != 2000 || res.EventsPerSecond <= 0 || res.ElapsedSeconds <= 0 || res.Relays != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	if res.Claim == nil || res.Claim.Count < 20 || res.Record == nil || res.MeanBatch <= 0 || res.MeanBatch > 100 {
+		t.Fatalf("per-batch timings: claim %+v record %+v mean batch %.1f", res.Claim, res.Record, res.MeanBatch)
+	}
+	if res.RowsLeft != 0 || res.CPUSeconds <= 0 || res.PeakRSSBytes <= 0 || res.Latency != nil {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestDrainOneKeyPerEvent(t *testing.T) {
+	t.Parallel()
+	res := run(t, relaybench.Config{Events: 1000, Keys: 0, KeysSet: true, PayloadBytes: 10})
+	if res.Keys != 0 || res.Events != 1000 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestLive(t *testing.T) {
+	t.Parallel()
+	res := run(t, relaybench.Config{Mode: relaybench.ModeLive, Rate: 500, Duration: 2 * time.Second,
+		Baseline: 500 * time.Millisecond, ReportEvery: 500 * time.Millisecond, Keys: 10})
+	// 500 events/s for 2s, allowing for a slow shared machine.
+	if res.Events < 500 || res.Events > 1100 {
+		t.Fatalf("%d events committed in 2s at 500/s", res.Events)
+	}
+	l := res.Latency
+	if l == nil || l.Count != res.Events || l.P50 <= 0 || l.P50 > l.P99 || l.P99 > l.Max {
+		t.Fatalf("latency %+v for %d events", l, res.Events)
+	}
+	p := res.Producers
+	if p == nil || p.CommitRate <= 0 || p.BaselineCommitRate <= 0 || p.Ratio <= 0 || p.Producers != 4 {
+		t.Fatalf("producers %+v", p)
+	}
+	if len(res.Intervals) < 2 {
+		t.Fatalf("%d interval reports in 2s at 500ms", len(res.Intervals))
+	}
+	iv := res.Intervals[1]
+	if iv.EventsPerSecond <= 0 || iv.TableBytes <= 0 || iv.CommitRate <= 0 {
+		t.Fatalf("interval %+v", iv)
+	}
+}
+
+func TestDrainSinks(t *testing.T) {
+	t.Parallel()
+	cases := map[string]func(t *testing.T) relaybench.Config{
+		"kafka":   func(*testing.T) relaybench.Config { return relaybench.Config{Sink: relaybench.SinkKafka, KafkaPartitions: 4} },
+		"webhook": func(*testing.T) relaybench.Config { return relaybench.Config{Sink: relaybench.SinkWebhook} },
+		"nats": func(t *testing.T) relaybench.Config {
+			return relaybench.Config{Sink: relaybench.SinkNATS, NATSURL: natstest.URL(t)}
+		},
+		"nats embedded": func(*testing.T) relaybench.Config {
+			return relaybench.Config{Sink: relaybench.SinkNATS, NATSEmbedded: true, NATSFileStorage: true}
+		},
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := cfg(t)
+			c.Events, c.Keys, c.Relays = 1000, 50, 2
+			res := run(t, c)
+			if res.Sink != c.Sink || res.Events != 1000 || res.Failures != 0 {
+				t.Fatalf("result %+v", res)
+			}
+		})
+	}
+}
+
+// TestNATSStreamDeleted checks the throwaway stream is gone after a run.
+func TestNATSStreamDeleted(t *testing.T) {
+	t.Parallel()
+	url := natstest.URL(t)
+	res := run(t, relaybench.Config{Sink: relaybench.SinkNATS, NATSURL: url, Events: 10})
+	js, err := jetstream.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "HERALD_BENCH_" + strings.TrimPrefix(res.Schema, "herald_bench_")
+	if _, err := js.Stream(context.Background(), name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("stream %s: want it deleted, got %v", name, err)
+	}
+}
+
+func TestKeep(t *testing.T) {
+	t.Parallel()
+	cfg := relaybench.Config{DatabaseURL: pgtest.URL(t), Events: 10, Keep: true}
+	res, err := relaybench.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, pool, res.Schema) })
+	var n int
+	err = pool.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{res.Schema, "outbox_lanes"}.Sanitize()).Scan(&n)
+	if err != nil || n != 64 {
+		t.Fatalf("kept schema %s: %d lanes (%v)", res.Schema, n, err)
+	}
+}
+
+func TestUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	_, err := relaybench.Run(context.Background(), relaybench.Config{DatabaseURL: "postgres://postgres@127.0.0.1:1/test?connect_timeout=2"})
+	if err == nil || !strings.Contains(err.Error(), "connecting to the database") {
+		t.Fatalf("want a connection error, got %v", err)
+	}
+}
+
+func TestUnreachableNATS(t *testing.T) {
+	t.Parallel()
+	_, err := relaybench.Run(context.Background(), relaybench.Config{DatabaseURL: pgtest.URL(t), Sink: relaybench.SinkNATS,
+		NATSURL: "nats://127.0.0.1:1", Events: 10})
+	if err == nil || !strings.Contains(err.Error(), "--nats-url: connecting to nats://127.0.0.1:1") {
+		t.Fatalf("want a NATS connection error, got %v", err)
+	}
+}

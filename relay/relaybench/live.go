@@ -1,0 +1,215 @@
+package relaybench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/outbox"
+)
+
+// live runs the producers (first alone for cfg.Baseline, then with the
+// relays for cfg.Duration) and measures commit-to-acknowledgement latency.
+func (r *run) live(ctx context.Context) error {
+	cfg := r.cfg
+	writer, err := outbox.NewWriter(outbox.Config{Tables: r.tables})
+	if err != nil {
+		return err
+	}
+	prodPool, err := newPool(ctx, cfg.DatabaseURL, int32(cfg.Producers+1))
+	if err != nil {
+		return err
+	}
+	defer prodPool.Close()
+	r.res.Producers = &ProducerResult{Producers: cfg.Producers, TargetRate: cfg.Rate}
+
+	if cfg.Baseline > 0 {
+		fmt.Fprintf(cfg.Progress, "baseline: %d producers for %s with no relay...\n", cfg.Producers, cfg.Baseline)
+		p := &producers{r: r, writer: writer, pool: prodPool, baseline: true}
+		n, elapsed := p.run(ctx, cfg.Baseline)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.res.Producers.BaselineCommitRate = float64(n) / elapsed.Seconds()
+		r.res.Producers.Errors += p.errors.Load()
+		// The baseline's rows are not part of the measurement.
+		if _, err := r.admin.Exec(ctx, "TRUNCATE "+r.tables.Outbox()); err != nil {
+			return fmt.Errorf("removing the baseline's events: %w", err)
+		}
+	}
+
+	capacity := cfg.liveCapacity()
+	r.commitNanos = make([]int64, capacity)
+	rs, err := r.startRelays(ctx)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			rs.stop(ctx, r.log)
+		}
+	}
+	defer stop()
+	if r.res.LanesSettled, err = r.awaitLanes(ctx, rs); err != nil {
+		return err
+	}
+
+	rate := "as fast as they can"
+	if cfg.Rate > 0 {
+		rate = fmt.Sprintf("%d events/s", cfg.Rate)
+	}
+	fmt.Fprintf(cfg.Progress, "live: %d producers at %s for %s, %d relay(s)...\n", cfg.Producers, rate, cfg.Duration, cfg.Relays)
+	rssScope := "the measured phase (VmHWM reset at its start); includes producers, the recorder and the in-process sink peer"
+	if !resetPeakRSS() {
+		rssScope = "the whole process (peak RSS could not be reset)"
+	}
+	cpu0 := cpuTime()
+	start := time.Since(r.origin).Nanoseconds()
+	stopReports := r.startReports(ctx, start, func() int64 { return r.committed.Load() })
+	p := &producers{r: r, writer: writer, pool: prodPool}
+	n, elapsed := p.run(ctx, cfg.Duration)
+	r.res.Producers.Errors += p.errors.Load()
+	r.res.Producers.CommitRate = float64(n) / elapsed.Seconds()
+	if b := r.res.Producers.BaselineCommitRate; b > 0 {
+		r.res.Producers.Ratio = r.res.Producers.CommitRate / b
+	}
+	if ctx.Err() != nil {
+		stopReports()
+		return ctx.Err()
+	}
+	r.target.Store(n)
+	r.rec.onRecord = func(int) { r.checkFinished() }
+	r.obs.onRecorded = r.checkFinished
+	err = r.waitFinished(ctx, rs, cfg.Timeout)
+	stopReports()
+	if err != nil {
+		return err
+	}
+	end := r.finishedAt.Load()
+	if end == 0 {
+		end = time.Since(r.origin).Nanoseconds()
+	}
+	cpu := cpuTime() - cpu0
+	r.res.PeakRSSBytes, r.res.RSSScope = peakRSS(), rssScope
+	stop()
+
+	committed := make([]bool, len(r.commitNanos))
+	for i, c := range r.commitNanos {
+		committed[i] = c != 0
+	}
+	r.finish(ctx, committed, end-start, cpu, "the whole process: relays, producers, sink client and its in-process peer, recorder; not PostgreSQL")
+	r.res.Latency = r.latencies(r.rec.all())
+	return nil
+}
+
+// latencies is ack minus commit of each event's first delivery. An event
+// acknowledged before its producer saw tx.Commit return counts as 0.
+func (r *run) latencies(records []Record) *Percentiles {
+	seen := make([]bool, len(r.commitNanos))
+	ns := make([]int64, 0, len(records))
+	for _, rec := range records {
+		if rec.Index < 0 || rec.Index >= int64(len(seen)) || seen[rec.Index] {
+			continue
+		}
+		seen[rec.Index] = true
+		c := atomic.LoadInt64(&r.commitNanos[rec.Index])
+		if c == 0 {
+			continue
+		}
+		ns = append(ns, max(rec.AckNanos-c, 0))
+	}
+	return percentiles(ns)
+}
+
+// producers commit one event per transaction through the outbox library.
+type producers struct {
+	r        *run
+	writer   *outbox.Writer
+	pool     *pgxpool.Pool
+	baseline bool // ids outside the run's index space, commit times not kept
+	errors   atomic.Int64
+}
+
+// run runs cfg.Producers producers for d and returns the events committed
+// and the time it took.
+func (p *producers) run(ctx context.Context, d time.Duration) (int64, time.Duration) {
+	cfg := p.r.cfg
+	// Waits end at the deadline; a transaction under way finishes with ctx,
+	// so that no commit's outcome is left unknown.
+	stopCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		total atomic.Int64
+	)
+	start := time.Now()
+	for i := range cfg.Producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			total.Add(p.produce(ctx, stopCtx, i, start))
+		}()
+	}
+	wg.Wait()
+	return total.Load(), time.Since(start)
+}
+
+// produce is producer i: its j-th event has index j*P+i and a key of its
+// own (keys ≡ i mod P), so that each key's commits are sequential.
+func (p *producers) produce(ctx, stopCtx context.Context, i int, start time.Time) int64 {
+	cfg := p.r.cfg
+	P := int64(cfg.Producers)
+	var interval time.Duration
+	if cfg.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(P) / float64(cfg.Rate))
+	}
+	keysEach := max(int64(cfg.Keys)/P, 1)
+	pl := []byte(payload(cfg.PayloadBytes))
+	var done int64
+	for j := int64(0); ; j++ {
+		idx := j*P + int64(i)
+		if !p.baseline && idx >= int64(len(p.r.commitNanos)) {
+			return done
+		}
+		if interval > 0 {
+			if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 && !sleep(stopCtx, wait) {
+				return done
+			}
+		}
+		if stopCtx.Err() != nil {
+			return done
+		}
+		key := idx
+		if cfg.Keys > 0 {
+			key = (j%keysEach)*P + int64(i)
+		}
+		id := p.r.ids.id(idx)
+		if p.baseline {
+			id[0] ^= 0xff // not one of the measured events
+		}
+		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			_, err := p.writer.Enqueue(ctx, tx, outbox.Event{ID: uuid.UUID(id), Topic: "bench", Key: keyName(key), Payload: pl})
+			return err
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				p.errors.Add(1)
+				p.r.log.Warn("relaybench: producer commit failed", "producer", i, "error", err)
+			}
+			continue
+		}
+		if !p.baseline {
+			atomic.StoreInt64(&p.r.commitNanos[idx], max(time.Since(p.r.origin).Nanoseconds(), 1))
+			p.r.committed.Add(1)
+		}
+		done++
+	}
+}

@@ -1,0 +1,106 @@
+package relaybench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// startReports writes an Interval every cfg.ReportEvery until the returned
+// function is called. committed, when not nil, counts the producers'
+// commits. Latencies are reported for live runs (commit times known).
+func (r *run) startReports(ctx context.Context, startNanos int64, committed func() int64) (stop func()) {
+	every := r.cfg.ReportEvery
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		var (
+			pos, lastUnique int
+			lastCommitted   int64
+			last            = time.Now()
+		)
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			now := time.Now()
+			secs := now.Sub(last).Seconds()
+			last = now
+			var recs []Record
+			recs, pos = r.rec.since(pos)
+			unique := r.rec.Unique()
+			iv := Interval{
+				AtSeconds:       float64(time.Since(r.origin).Nanoseconds()-startNanos) / 1e9,
+				EventsPerSecond: float64(unique-lastUnique) / secs,
+			}
+			lastUnique = unique
+			if committed != nil {
+				c := committed()
+				iv.CommitRate = float64(c-lastCommitted) / secs
+				lastCommitted = c
+				if p := r.intervalLatencies(recs); p != nil {
+					iv.LatencyP50, iv.LatencyP99 = p.P50, p.P99
+				}
+			}
+			if err := r.tableStats(ctx, &iv); err != nil {
+				r.log.Warn("relaybench: reading table statistics", "error", err)
+			}
+			r.res.Intervals = append(r.res.Intervals, iv)
+			fmt.Fprintln(r.cfg.Progress, iv.String())
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// intervalLatencies is ack minus commit for the records of one interval
+// (re-deliveries included).
+func (r *run) intervalLatencies(recs []Record) *Percentiles {
+	ns := make([]int64, 0, len(recs))
+	for _, rec := range recs {
+		if rec.Index < 0 || rec.Index >= int64(len(r.commitNanos)) {
+			continue
+		}
+		if c := atomic.LoadInt64(&r.commitNanos[rec.Index]); c != 0 {
+			ns = append(ns, max(rec.AckNanos-c, 0))
+		}
+	}
+	return percentiles(ns)
+}
+
+// tableStats reads the backlog, the outbox table's size with its indexes
+// and TOAST, and its dead tuples.
+func (r *run) tableStats(ctx context.Context, iv *Interval) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return r.admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+r.tables.Outbox()+` WHERE status = 'pending'),
+       pg_total_relation_size($1::regclass),
+       coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $2 AND relname = $3), 0)`,
+		r.tables.Outbox(), r.tables.Schema, r.tables.Table).Scan(&iv.Backlog, &iv.TableBytes, &iv.DeadTuples)
+}
+
+// String is the interval's report line.
+func (iv Interval) String() string {
+	s := fmt.Sprintf("%8.1fs  %9.0f ev/s", iv.AtSeconds, iv.EventsPerSecond)
+	if iv.CommitRate > 0 || iv.LatencyP50 > 0 {
+		s += fmt.Sprintf("  p50 %7.2fms  p99 %7.2fms  commits %7.0f/s", iv.LatencyP50, iv.LatencyP99, iv.CommitRate)
+	}
+	return s + fmt.Sprintf("  backlog %8d  table %s  dead tuples %d", iv.Backlog, mib(iv.TableBytes), iv.DeadTuples)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
