@@ -101,7 +101,9 @@ func TestLive(t *testing.T) {
 func TestDrainSinks(t *testing.T) {
 	t.Parallel()
 	cases := map[string]func(t *testing.T) relaybench.Config{
-		"kafka":   func(*testing.T) relaybench.Config { return relaybench.Config{Sink: relaybench.SinkKafka, KafkaPartitions: 4} },
+		"kafka": func(*testing.T) relaybench.Config {
+			return relaybench.Config{Sink: relaybench.SinkKafka, KafkaPartitions: 4}
+		},
 		"webhook": func(*testing.T) relaybench.Config { return relaybench.Config{Sink: relaybench.SinkWebhook} },
 		"nats": func(t *testing.T) relaybench.Config {
 			return relaybench.Config{Sink: relaybench.SinkNATS, NATSURL: natstest.URL(t)}
