@@ -162,7 +162,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.res.BatchSize = relay.Config{}.WithDefaults().BatchSize
 	}
 
-	admin, err := newPool(ctx, cfg.DatabaseURL, 4)
+	admin, err := newPool(ctx, cfg.DatabaseURL, 4, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -205,10 +205,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return r.res, nil
 }
 
-func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+// newPool connects a pool of at most maxConns connections (0: pgxpool's
+// default), adjusted by configure when given.
+func newPool(ctx context.Context, url string, maxConns int32, configure func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, errors.New("--database-url: not a valid PostgreSQL connection string")
+	}
+	if configure != nil {
+		configure(pc)
 	}
 	if maxConns > 0 {
 		pc.MaxConns = maxConns
@@ -264,7 +269,8 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	rs := &relays{cancel: cancel, errs: make(chan error, r.cfg.Relays)}
 	for i := range r.cfg.Relays {
-		pool, err := newPool(ctx, r.cfg.DatabaseURL, 0)
+		// The relay's own session settings, as relay run uses them.
+		pool, err := newPool(ctx, r.cfg.DatabaseURL, 0, relay.ConfigurePool)
 		if err != nil {
 			rs.stop(ctx, r.log)
 			return nil, err

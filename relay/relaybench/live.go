@@ -22,7 +22,7 @@ func (r *run) live(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	prodPool, err := newPool(ctx, cfg.DatabaseURL, int32(cfg.Producers+1))
+	prodPool, err := newPool(ctx, cfg.DatabaseURL, int32(cfg.Producers+1), nil)
 	if err != nil {
 		return err
 	}
