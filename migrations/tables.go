@@ -18,7 +18,8 @@ type Tables struct {
 	// Schema is the PostgreSQL schema holding the tables. Defaults to "public".
 	Schema string
 	// Table is the outbox table's name; companion tables are named after it
-	// (outbox_holds, outbox_lanes, outbox_relays, outbox_migrations).
+	// (outbox_holds, outbox_lanes, outbox_relays, outbox_stats,
+	// outbox_migrations).
 	// Defaults to "outbox".
 	Table string
 }
@@ -72,6 +73,9 @@ func (t Tables) Lanes() string { return t.qualified(t.Table + "_lanes") }
 
 // Relays is the quoted table of live relays.
 func (t Tables) Relays() string { return t.qualified(t.Table + "_relays") }
+
+// Stats is the quoted table of per-minute published counts.
+func (t Tables) Stats() string { return t.qualified(t.Table + "_stats") }
 
 // Versions is the quoted table recording applied migrations.
 func (t Tables) Versions() string { return t.qualified(t.Table + "_migrations") }

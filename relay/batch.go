@@ -9,6 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -57,6 +62,7 @@ type sinkBatch struct {
 	events  []sinks.Event
 	rows    []int // rows[i] is the row index of events[i]
 	results []error
+	spans   []trace.Span // spans[i] traces events[i]; nil when tracing is off
 }
 
 // sinkState is a sink and whether it is paused because it is down.
@@ -156,6 +162,9 @@ func (b *batch) plan() {
 				b.order = append(b.order, sb)
 			}
 			t.status, t.batched = tSend, len(sb.events)
+			if b.r.tracer != nil {
+				sb.spans = append(sb.spans, b.r.startPublishSpan(&ev, rt.state.name))
+			}
 			sb.events = append(sb.events, ev)
 			sb.rows = append(sb.rows, i)
 		}
@@ -190,7 +199,9 @@ func (b *batch) publish(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			start := time.Now()
 			sb.results = publishSafely(ctx, sb.sink, sb.events)
+			b.r.cfg.Observer.SinkPublish(sb.sink.name, len(sb.events), time.Since(start))
 		}()
 	}
 	wg.Wait()
@@ -234,6 +245,7 @@ func (b *batch) settle() {
 		case delivered:
 			b.r.resume(sb.sink)
 		}
+		endPublishSpans(sb)
 	}
 	for i := range b.rows {
 		rw := &b.rows[i]
@@ -248,6 +260,7 @@ func (b *batch) settle() {
 			if err == nil {
 				t.status = tDone
 				b.r.cfg.Observer.Published(t.sink.name, rw.topic, b.now.Sub(rw.createdAt))
+				b.r.countPublished(t.sink.name, rw.topic, b.now)
 				continue
 			}
 			if until, ok := failedHead[ks]; ok && rw.key != "" {
@@ -412,6 +425,42 @@ func (b *batch) settleRow(rw *row, p *rowPlan, o *outcome) {
 		lastErr = strings.Join(deadErrs, "; ")
 	}
 	o.update(rw.seq, "pending", attempts, next, lastErr, encodeDeliveries(deliveries))
+}
+
+// startPublishSpan starts the span of one event on one sink, as a child of
+// the producer's trace context carried in the event's headers, and gives the
+// event a copy of its headers carrying the new span's context instead.
+func (r *Relay) startPublishSpan(ev *sinks.Event, sink string) trace.Span {
+	parent := r.cfg.Propagator.Extract(context.Background(), propagation.MapCarrier(ev.Headers))
+	ctx, span := r.tracer.Start(parent, "publish "+ev.Destination,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("messaging.message.id", ev.ID),
+			attribute.String("messaging.destination.name", ev.Destination),
+			attribute.String("herald.sink", sink),
+			attribute.String("herald.topic", ev.Topic),
+			attribute.Int("herald.attempt", ev.Attempt),
+		))
+	headers := make(map[string]string, len(ev.Headers)+2)
+	for k, v := range ev.Headers {
+		if k != "traceparent" && k != "tracestate" {
+			headers[k] = v
+		}
+	}
+	r.cfg.Propagator.Inject(ctx, propagation.MapCarrier(headers))
+	ev.Headers = headers
+	return span
+}
+
+// endPublishSpans ends the spans of a sink's batch with each event's result.
+func endPublishSpans(sb *sinkBatch) {
+	for i, span := range sb.spans {
+		if err := sb.results[i]; err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
 }
 
 func encodeDeliveries(d map[string]delivery) []byte {

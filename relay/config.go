@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/sinks"
@@ -63,6 +65,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer receives measurements (metrics). Defaults to none.
 	Observer Observer
+	// TracerProvider, when set, makes a span per event and sink
+	// ("publish <destination>"), child of the producer's trace context found
+	// in the event's traceparent/tracestate headers, and hands the sink
+	// headers carrying the new span's context. Nil disables tracing and
+	// leaves headers untouched.
+	TracerProvider trace.TracerProvider
+	// Propagator reads and writes the trace context headers when
+	// TracerProvider is set. Defaults to W3C Trace Context.
+	Propagator propagation.TextMapPropagator
 }
 
 // Backoff is an exponential backoff with jitter.
@@ -215,6 +226,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
+	}
+	if c.TracerProvider != nil && c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
 	}
 	return c
 }

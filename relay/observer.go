@@ -18,6 +18,9 @@ type Observer interface {
 	SinkPaused(sink string, paused bool)
 	// Recorded reports one outcome-recording round trip.
 	Recorded(events int, took time.Duration)
+	// SinkPublish reports one Publish call to a sink: how many events it
+	// was handed and how long the call took.
+	SinkPublish(sink string, events int, took time.Duration)
 }
 
 // NopObserver ignores every measurement.
@@ -40,3 +43,6 @@ func (NopObserver) SinkPaused(string, bool) {}
 
 // Recorded implements Observer.
 func (NopObserver) Recorded(int, time.Duration) {}
+
+// SinkPublish implements Observer.
+func (NopObserver) SinkPublish(string, int, time.Duration) {}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/migrations"
 )
@@ -26,10 +27,25 @@ type Relay struct {
 	routeCache map[string]*route
 
 	wake chan struct{}
-	mask uint64 // lanes held
+	// recording receives the result of the batch being recorded in the
+	// background; nil when none is.
+	recording chan error
+	mask      uint64 // lanes held
 	// lanesValidUntil: past it, the lane leases may have been taken over and
 	// keyed events must not be claimed until they are renewed.
 	lanesValidUntil time.Time
+
+	// pausedMu guards pausedSince (sink → paused since), written by the
+	// loop when a sink is paused or resumed and read by PausedSinks.
+	pausedMu    sync.Mutex
+	pausedSince map[string]time.Time
+
+	// stats counts published events per minute, sink and topic; only the
+	// loop touches it, and flushes it to the stats table every statsEvery.
+	stats map[statKey]int64
+
+	// tracer is nil when tracing is off.
+	tracer trace.Tracer
 }
 
 type route struct {
@@ -49,12 +65,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		cfg:        cfg,
-		pool:       pool,
-		store:      newStore(pool, cfg.Tables, cfg.Owner),
-		log:        cfg.Logger.With("relay", cfg.Owner),
-		routeCache: map[string]*route{},
-		wake:       make(chan struct{}, 1),
+		cfg:         cfg,
+		pool:        pool,
+		store:       newStore(pool, cfg.Tables, cfg.Owner),
+		log:         cfg.Logger.With("relay", cfg.Owner),
+		routeCache:  map[string]*route{},
+		wake:        make(chan struct{}, 1),
+		pausedSince: map[string]time.Time{},
+		stats:       map[statKey]int64{},
+	}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer("github.com/heraldhq/herald/relay")
 	}
 	states := map[string]*sinkState{}
 	for _, rc := range cfg.Routes {
@@ -120,6 +141,9 @@ func (r *Relay) pause(s *sinkState, err error) {
 	s.pausedUntil = time.Now().Add(r.cfg.SinkPause.Delay(s.failures))
 	if s.failures == 1 {
 		r.cfg.Observer.SinkPaused(s.name, true)
+		r.pausedMu.Lock()
+		r.pausedSince[s.name] = time.Now()
+		r.pausedMu.Unlock()
 	}
 	r.log.Warn("relay: sink is down, pausing it; its events wait without spending attempts",
 		"sink", s.name, "until", s.pausedUntil, "consecutive_failures", s.failures, "error", err)
@@ -132,6 +156,21 @@ func (r *Relay) resume(s *sinkState) {
 	r.log.Info("relay: sink is back", "sink", s.name, "after_failures", s.failures)
 	s.failures, s.pausedUntil = 0, time.Time{}
 	r.cfg.Observer.SinkPaused(s.name, false)
+	r.pausedMu.Lock()
+	delete(r.pausedSince, s.name)
+	r.pausedMu.Unlock()
+}
+
+// PausedSinks returns the sinks paused because they are down, each with the
+// time it was paused. It is safe to call from any goroutine.
+func (r *Relay) PausedSinks() map[string]time.Time {
+	r.pausedMu.Lock()
+	defer r.pausedMu.Unlock()
+	out := make(map[string]time.Time, len(r.pausedSince))
+	for name, since := range r.pausedSince {
+		out[name] = since
+	}
+	return out
 }
 
 func (r *Relay) logEvent(rw *row, sink, msg string, err error, attrs ...any) {
@@ -174,6 +213,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		"lease", r.cfg.Lease, "poll_only", r.cfg.PollOnly)
 
 	r.loop(ctx, work)
+	if err := r.awaitRecord(); err != nil {
+		r.log.Warn("relay: last batch not recorded; it will be redelivered", "error", err)
+	}
+	r.flushStats(work)
 
 	listening.Wait()
 	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -192,6 +235,8 @@ const (
 	lingerEvery = 5 * time.Millisecond
 	// maintainEvery spaces stale-hold cleanup and the retention cleaner.
 	maintainEvery = 10 * time.Second
+	// statsEvery spaces the flushes of published counts to the stats table.
+	statsEvery = 5 * time.Second
 )
 
 func (r *Relay) loop(ctx, work context.Context) {
@@ -199,6 +244,7 @@ func (r *Relay) loop(ctx, work context.Context) {
 		lastWork     time.Time
 		nextLanes    time.Time
 		nextMaintain = time.Now().Add(maintainEvery)
+		nextStats    = time.Now().Add(statsEvery)
 		failures     int
 		timer        = time.NewTimer(0)
 	)
@@ -221,6 +267,10 @@ func (r *Relay) loop(ctx, work context.Context) {
 			}
 			nextMaintain = now.Add(maintainEvery)
 		}
+		if !now.Before(nextStats) {
+			r.flushStats(work)
+			nextStats = now.Add(statsEvery)
+		}
 		n, err := r.cycle(work)
 		if err != nil {
 			failures++
@@ -240,7 +290,7 @@ func (r *Relay) loop(ctx, work context.Context) {
 		if time.Since(lastWork) < lingerFor {
 			wait = min(wait, lingerEvery)
 		}
-		wait = min(wait, time.Until(nextLanes), time.Until(nextMaintain))
+		wait = min(wait, time.Until(nextLanes), time.Until(nextMaintain), time.Until(nextStats))
 		timer.Reset(max(wait, 0))
 		select {
 		case <-ctx.Done():
@@ -293,7 +343,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	}
 	r.cfg.Observer.Claimed(len(rows), time.Since(start))
 	if len(rows) == 0 {
-		return 0, nil
+		return 0, r.awaitRecord()
 	}
 	leaseEnd := start.Add(r.cfg.Lease)
 
@@ -305,30 +355,84 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	b.now = time.Now()
 	b.settle()
 	o := b.outcome()
+	if b.counts.retried+b.counts.dead+b.counts.paused > 0 {
+		r.log.Debug("relay: batch settled", "claimed", len(rows), "done", b.counts.done,
+			"retried", b.counts.retried, "dead", b.counts.dead, "parked", b.counts.parked, "paused", b.counts.paused)
+	}
 
-	// Recording must not be lost to a passing database failure: retry until
-	// the lease would run out (after that, another relay redelivers).
+	// The previous batch's record must be in before this one's.
+	if err := r.awaitRecord(); err != nil {
+		return len(rows), err
+	}
+	if o.onlyDone() {
+		// Nothing in this outcome affects what the next claim may take (no
+		// holds, no retry times; these rows stay leased until deleted), so
+		// the DELETE runs while the next batch is claimed and published.
+		r.recording = make(chan error, 1)
+		go func() { r.recording <- r.record(ctx, o, leaseEnd, len(rows)) }()
+		return len(rows), nil
+	}
+	return len(rows), r.record(ctx, o, leaseEnd, len(rows))
+}
+
+// awaitRecord waits for the batch being recorded in the background, if any.
+func (r *Relay) awaitRecord() error {
+	if r.recording == nil {
+		return nil
+	}
+	err := <-r.recording
+	r.recording = nil
+	return err
+}
+
+// record writes a batch's outcome. A passing database failure must not lose
+// it: it is retried until the batch's lease would run out (after that,
+// another relay delivers the events again).
+func (r *Relay) record(ctx context.Context, o *outcome, leaseEnd time.Time, n int) error {
 	for attempt := 1; ; attempt++ {
-		recStart := time.Now()
-		err = r.store.record(ctx, o, r.cfg.Retention > 0)
+		start := time.Now()
+		err := r.store.record(ctx, o, r.cfg.Retention > 0)
 		if err == nil {
-			r.cfg.Observer.Recorded(len(rows), time.Since(recStart))
-			break
+			r.cfg.Observer.Recorded(n, time.Since(start))
+			return nil
 		}
 		delay := min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)
 		if time.Now().Add(delay).After(leaseEnd) || ctx.Err() != nil {
-			return len(rows), fmt.Errorf("recording batch of %d events (they will be redelivered after their lease): %w", len(rows), err)
+			return fmt.Errorf("recording batch of %d events (they will be redelivered after their lease): %w", n, err)
 		}
 		r.log.Warn("relay: recording failed; retrying", "error", err, "attempt", attempt)
 		if !sleep(ctx, delay) {
-			return len(rows), fmt.Errorf("recording batch of %d events: %w", len(rows), err)
+			return fmt.Errorf("recording batch of %d events: %w", n, err)
 		}
 	}
-	if b.counts.retried+b.counts.dead+b.counts.paused > 0 {
-		r.log.Debug("relay: batch recorded", "claimed", len(rows), "done", b.counts.done,
-			"retried", b.counts.retried, "dead", b.counts.dead, "parked", b.counts.parked, "paused", b.counts.paused)
+}
+
+// statKey is one row of the stats table.
+type statKey struct {
+	minute      time.Time
+	sink, topic string
+}
+
+// countPublished adds one published event to the in-memory counts.
+func (r *Relay) countPublished(sink, topic string, at time.Time) {
+	r.stats[statKey{at.UTC().Truncate(time.Minute), sink, topic}]++
+}
+
+// flushStats adds the in-memory counts to the stats table and removes rows
+// older than a day. Counts that could not be written are kept for the next
+// flush.
+func (r *Relay) flushStats(ctx context.Context) {
+	if len(r.stats) == 0 {
+		return
 	}
-	return len(rows), nil
+	if err := r.store.flushStats(ctx, r.stats); err != nil {
+		r.log.Warn("relay: writing published counts failed; will retry", "error", err)
+		if len(r.stats) > 100000 {
+			clear(r.stats) // bounded memory while the database is away
+		}
+		return
+	}
+	clear(r.stats)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

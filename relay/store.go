@@ -28,10 +28,11 @@ type store struct {
 	acquireSQL, releaseAllSQL, unregisterSQL        string
 	releaseLeasesSQL, cleanHoldsSQL, cleanRelaysSQL string
 	purgeDoneSQL                                    string
+	statsSQL, statsCleanSQL                         string
 }
 
 func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
-	o, h, l, r := t.Outbox(), t.Holds(), t.Lanes(), t.Relays()
+	o, h, l, r, st := t.Outbox(), t.Holds(), t.Lanes(), t.Relays(), t.Stats()
 	return &store{
 		pool:  pool,
 		owner: owner,
@@ -118,7 +119,35 @@ WHERE lane IN (
 		purgeDoneSQL: `DELETE FROM ` + o + ` WHERE seq IN (
     SELECT seq FROM ` + o + ` WHERE status = 'done' AND finished_at < now() - $1::interval
     ORDER BY finished_at LIMIT $2)`,
+		statsSQL: `INSERT INTO ` + st + ` AS s (minute, sink, topic, published)
+SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::bigint[])
+ON CONFLICT (minute, sink, topic) DO UPDATE SET published = s.published + excluded.published`,
+		statsCleanSQL: `DELETE FROM ` + st + ` WHERE minute < now() - interval '1 day'`,
 	}
+}
+
+// flushStats adds published counts to the stats table and removes rows
+// older than a day, in one transaction.
+func (s *store) flushStats(ctx context.Context, counts map[statKey]int64) error {
+	n := len(counts)
+	minutes, sinkNames, topics, published := make([]time.Time, 0, n), make([]string, 0, n), make([]string, 0, n), make([]int64, 0, n)
+	for k, v := range counts {
+		minutes = append(minutes, k.minute)
+		sinkNames = append(sinkNames, k.sink)
+		topics = append(topics, k.topic)
+		published = append(published, v)
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, s.statsSQL, minutes, sinkNames, topics, published); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.statsCleanSQL)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("writing published counts: %w", err)
+	}
+	return nil
 }
 
 // hold is a sink on which an earlier event of the same key is waiting.
@@ -280,6 +309,11 @@ type outcome struct {
 	takeUntil           []pgtype.Timestamptz
 	freeKeys, freeSinks []string
 	freeSeqs            []int64
+}
+
+// onlyDone reports whether the outcome only removes delivered rows.
+func (o *outcome) onlyDone() bool {
+	return len(o.seqs) == 0 && len(o.takeSeqs) == 0 && len(o.freeSeqs) == 0
 }
 
 func (o *outcome) update(seq int64, status string, attempts int, at time.Time, lastErr string, deliveries []byte) {

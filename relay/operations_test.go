@@ -1,0 +1,203 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+func TestPausedSinks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var down atomic.Bool
+	down.Store(true)
+	s := &testSink{name: "flaky", rec: b.rec, fail: func(sinks.Event) error {
+		if down.Load() {
+			return sinks.Unavailable(errors.New("dial tcp: connection refused"))
+		}
+		return nil
+	}}
+	cfg := b.config(t, s)
+	r, err := New(b.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	before := time.Now()
+	b.insert(t, ev{topic: "t"})
+	waitFor(t, 10*time.Second, "the sink to be paused", func() bool { return len(r.PausedSinks()) == 1 })
+	since := r.PausedSinks()["flaky"]
+	if since.Before(before) || since.After(time.Now()) {
+		t.Fatalf("paused since %v, want after %v", since, before)
+	}
+	// Later failures keep the first pause time.
+	time.Sleep(200 * time.Millisecond)
+	if again := r.PausedSinks()["flaky"]; !again.Equal(since) {
+		t.Fatalf("paused since moved from %v to %v", since, again)
+	}
+	down.Store(false)
+	waitFor(t, 10*time.Second, "the sink to resume", func() bool { return len(r.PausedSinks()) == 0 })
+}
+
+// countingObserver counts SinkPublish calls and the events they carried.
+type countingObserver struct {
+	NopObserver
+	mu     sync.Mutex
+	events map[string]int
+}
+
+func (o *countingObserver) SinkPublish(sink string, events int, took time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if took <= 0 {
+		events = -1000 // a duration must be measured
+	}
+	o.events[sink] += events
+}
+
+// TestPublishedCountsAreFlushed: counts reach the stats table by the end of
+// Run (and every few seconds before), and rows older than a day go.
+func TestPublishedCountsAreFlushed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, "INSERT INTO "+b.tables.Stats()+" (minute, sink, topic, published) VALUES (now() - interval '25 hours', 'a', 't', 5), (now() - interval '23 hours', 'a', 't', 6)"); err != nil {
+		t.Fatal(err)
+	}
+	obs := &countingObserver{events: map[string]int{}}
+	cfg := b.config(t, &testSink{name: "a", rec: b.rec}, &testSink{name: "b", rec: b.rec})
+	cfg.Observer = obs
+	var evs []ev
+	for i := range 30 {
+		evs = append(evs, ev{topic: fmt.Sprintf("t%d", i%3)})
+	}
+	b.insert(t, evs...)
+	stop := b.start(t, cfg)
+	waitFor(t, 10*time.Second, "all delivered", func() bool { return len(b.rec.all()) == 60 })
+	stop()
+	rows, err := b.pool.Query(ctx, "SELECT sink, topic, sum(published) FROM "+b.tables.Stats()+" WHERE minute > now() - interval '1 hour' GROUP BY 1, 2 ORDER BY 1, 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for rows.Next() {
+		var sink, topic string
+		var n int64
+		if err := rows.Scan(&sink, &topic, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[sink+"/"+topic] = n
+	}
+	want := map[string]int64{"a/t0": 10, "a/t1": 10, "a/t2": 10, "b/t0": 10, "b/t1": 10, "b/t2": 10}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("stats = %v, want %v", got, want)
+	}
+	var old int64
+	if err := b.pool.QueryRow(ctx, "SELECT coalesce(sum(published), 0) FROM "+b.tables.Stats()+" WHERE minute < now() - interval '1 hour'").Scan(&old); err != nil || old != 6 {
+		t.Fatalf("older rows: %d (%v), want only the 23-hour-old 6", old, err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.events["a"] != 30 || obs.events["b"] != 30 {
+		t.Fatalf("SinkPublish saw %v", obs.events)
+	}
+}
+
+// headerSink records the headers each event arrives with.
+type headerSink struct {
+	mu      sync.Mutex
+	headers []map[string]string
+}
+
+func (s *headerSink) Name() string { return "hdr" }
+func (s *headerSink) Publish(_ context.Context, events []sinks.Event) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range events {
+		s.headers = append(s.headers, e.Headers)
+	}
+	return make([]error, len(events))
+}
+func (s *headerSink) Close(context.Context) error { return nil }
+
+func (s *headerSink) got() []map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]map[string]string(nil), s.headers...)
+}
+
+func TestPublishSpans(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	hs := &headerSink{}
+	cfg := b.config(t, hs)
+	cfg.TracerProvider = tp
+	const producer = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if _, err := b.pool.Exec(context.Background(), "INSERT INTO "+b.tables.Outbox()+` (topic, headers) VALUES
+  ('traced', '{"traceparent": "`+producer+`", "tracestate": "vendor=x", "x-tenant": "acme"}'),
+  ('untraced', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, cfg)
+	waitFor(t, 10*time.Second, "both delivered", func() bool { return len(hs.got()) == 2 })
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	byName := map[string]tracetest.SpanStub{}
+	for _, s := range spans {
+		byName[s.Name] = s
+	}
+	traced, ok := byName["publish traced"]
+	if !ok || traced.SpanKind != trace.SpanKindProducer {
+		t.Fatalf("spans: %v", byName)
+	}
+	if traced.SpanContext.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || traced.Parent.SpanID().String() != "00f067aa0ba902b7" {
+		t.Fatalf("publish span is not the producer's child: trace %s parent %s", traced.SpanContext.TraceID(), traced.Parent.SpanID())
+	}
+	for _, h := range hs.got() {
+		if h["x-tenant"] == "acme" {
+			want := "00-4bf92f3577b34da6a3ce929d0e0e4736-" + traced.SpanContext.SpanID().String() + "-01"
+			if h["traceparent"] != want || h["tracestate"] != "vendor=x" {
+				t.Fatalf("sink got traceparent %q tracestate %q, want %q", h["traceparent"], h["tracestate"], want)
+			}
+		} else if root := byName["publish untraced"]; h["traceparent"] != "00-"+root.SpanContext.TraceID().String()+"-"+root.SpanContext.SpanID().String()+"-01" || root.Parent.IsValid() {
+			t.Fatalf("untraced event: headers %v, span %+v", h, root.SpanContext)
+		}
+	}
+}
+
+func TestNoTracingLeavesHeadersAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hs := &headerSink{}
+	if _, err := b.pool.Exec(context.Background(), "INSERT INTO "+b.tables.Outbox()+` (topic, headers) VALUES ('x', '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}'), ('y', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, b.config(t, hs))
+	waitFor(t, 10*time.Second, "both delivered", func() bool { return len(hs.got()) == 2 })
+	for _, h := range hs.got() {
+		if len(h) == 1 && h["traceparent"] == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+			continue
+		}
+		if len(h) != 0 {
+			t.Fatalf("headers changed without tracing: %v", h)
+		}
+	}
+}
