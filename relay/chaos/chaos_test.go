@@ -1,0 +1,187 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/heraldhq/herald/sinks/nats/natstest"
+)
+
+// Fault kinds.
+const (
+	faultKill       = "relay SIGKILL + restart"
+	faultTerm       = "relay SIGTERM + restart"
+	faultDBTerm     = "pg_terminate_backend(relays)"
+	faultHook500    = "webhook 500"
+	faultHookHang   = "webhook hangs past timeout"
+	faultHookDrop   = "webhook drops connection"
+	faultNATS       = "NATS server restart"
+	faultPGFast     = "PostgreSQL restart (fast)"
+	faultPGCrash    = "PostgreSQL restart (immediate/crash)"
+	relayCount      = 3
+	keyCount        = 300
+	relayAppPrefix  = "chaos_relay_"
+	drainTimeout    = 2 * time.Minute
+	producerAppName = "chaos_producer"
+)
+
+// TestChaosRelaysSinksAndConnections injects every fault but PostgreSQL
+// restarts: relays killed and stopped, their connections terminated, the
+// webhook failing in three ways, NATS restarted.
+func TestChaosRelaysSinksAndConnections(t *testing.T) {
+	runChaos(t, *durationFlag, []string{faultKill, faultTerm, faultDBTerm, faultHook500, faultHookHang, faultHookDrop, faultNATS})
+}
+
+// TestChaosPostgresRestart restarts PostgreSQL itself, cleanly and as a
+// crash, under the same load.
+func TestChaosPostgresRestart(t *testing.T) {
+	runChaos(t, max(*durationFlag/2, 15*time.Second), []string{faultPGFast, faultPGCrash})
+}
+
+// env is one chaos run's world.
+type env struct {
+	t      *testing.T
+	rng    *rand.Rand
+	pg     *cluster
+	nats   *natstest.Server
+	stream *natstest.TestStream
+	hook   *receiver
+	relays *fleet
+	faults map[string]int
+}
+
+func runChaos(t *testing.T, duration time.Duration, kinds []string) {
+	seed := chaosSeed(t)
+	t.Logf("chaos: seed %d (replay with -chaos.seed %d or CHAOS_SEED=%d), faults for %s: %s",
+		seed, seed, seed, duration, strings.Join(kinds, ", "))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("chaos: FAILED with seed %d (replay with -chaos.seed %d)", seed, seed)
+		}
+	})
+	e := &env{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0)), faults: map[string]int{}}
+	e.pg = startCluster(t)
+	migrate(t, e.pg.url("chaos_migrate"))
+	e.nats = natstest.StartServer(t)
+	nc := natstest.Connect(t, e.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	e.stream = natstest.Stream(t, nc, func(c *jetstream.StreamConfig) { c.Storage = jetstream.FileStorage })
+	e.hook = startReceiver(t)
+
+	configs := make([]string, relayCount)
+	for i := range configs {
+		configs[i] = relayConfig(t, e.pg.url(fmt.Sprintf("%s%d", relayAppPrefix, i)), e.nats.URL(),
+			e.stream.Subject("events"), e.hook.srv.URL+"/hook")
+	}
+	e.relays = newFleet(t, configs)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i := range configs {
+				t.Logf("chaos: last lines of relay %d:\n%s", i, e.relays.tail(i, 15))
+			}
+			t.Logf("chaos: relay logs kept in %s", e.relays.keepLogs(seed))
+		}
+	})
+	for i := range configs {
+		e.relays.start(i)
+	}
+
+	db := e.pg.pool(t, "chaos_check")
+	prod := newProducer(t, e.pg.pool(t, producerAppName), seed, keyCount)
+	prodCtx, stopProducer := context.WithCancel(context.Background())
+	var producing sync.WaitGroup
+	producing.Go(func() { prod.run(prodCtx) })
+	defer func() { stopProducer(); producing.Wait() }()
+
+	start := time.Now()
+	deadline := start.Add(duration)
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Duration(300+e.rng.IntN(1200)) * time.Millisecond)
+		e.inject(kinds[e.rng.IntN(len(kinds))])
+		for i, code := range e.relays.exited() {
+			t.Fatalf("relay %d exited on its own with %d during the run:\n%s", i, code, e.relays.tail(i, 40))
+		}
+	}
+	// Faults end; a little more load on a healthy system, then drain.
+	e.hook.heal()
+	time.Sleep(2 * time.Second)
+	stopProducer()
+	producing.Wait()
+	faultsEnd := time.Now()
+
+	unknownFound := prod.settleUnknown(t, db)
+	drained := waitDrained(t, db)
+	for i, code := range e.relays.exited() {
+		t.Errorf("relay %d exited on its own with %d:\n%s", i, code, e.relays.tail(i, 40))
+	}
+	e.check(db, prod, unknownFound, faultsEnd, drained, seed, duration)
+
+	// Every relay stops gracefully, and none ever printed a secret.
+	for i := range configs {
+		if err := e.relays.terminate(i); err != nil {
+			t.Errorf("%v:\n%s", err, e.relays.tail(i, 40))
+		}
+	}
+	if hits := e.relays.grepLogs(dbPassword, webhookSecret, strings.TrimPrefix(webhookAuth, "Bearer ")); len(hits) > 0 {
+		t.Errorf("secrets in relay output:\n%s", strings.Join(hits, "\n"))
+	}
+}
+
+// inject applies one fault.
+func (e *env) inject(kind string) {
+	t := e.t
+	e.faults[kind]++
+	switch kind {
+	case faultKill:
+		i := e.rng.IntN(relayCount)
+		e.relays.kill(i)
+		time.Sleep(time.Duration(e.rng.IntN(1000)) * time.Millisecond)
+		e.relays.start(i)
+	case faultTerm:
+		i := e.rng.IntN(relayCount)
+		if err := e.relays.terminate(i); err != nil {
+			t.Errorf("%v:\n%s", err, e.relays.tail(i, 40))
+		}
+		time.Sleep(time.Duration(e.rng.IntN(500)) * time.Millisecond)
+		e.relays.start(i)
+	case faultDBTerm:
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// A connection of its own: the check pool must not be the victim.
+		conn := e.pg.pool(t, "chaos_terminator")
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE application_name LIKE $1) x`, relayAppPrefix+"%").Scan(&n); err != nil {
+			t.Errorf("terminating relay connections: %v", err)
+		}
+		conn.Close()
+	case faultHook500:
+		e.hook.fault(hook500, time.Duration(500+e.rng.IntN(2500))*time.Millisecond)
+	case faultHookHang:
+		e.hook.fault(hookHang, time.Duration(1500+e.rng.IntN(2500))*time.Millisecond)
+	case faultHookDrop:
+		e.hook.fault(hookDrop, time.Duration(500+e.rng.IntN(2500))*time.Millisecond)
+	case faultNATS:
+		e.nats.Shutdown()
+		time.Sleep(time.Duration(e.rng.IntN(1500)) * time.Millisecond)
+		e.nats.Restart(t)
+	case faultPGFast, faultPGCrash:
+		mode := "fast"
+		if kind == faultPGCrash {
+			mode = "immediate"
+		}
+		e.pg.stop(t, mode)
+		time.Sleep(time.Duration(e.rng.IntN(2000)) * time.Millisecond)
+		e.pg.start(t)
+		time.Sleep(2 * time.Second) // let the relays work between restarts
+	default:
+		t.Fatalf("unknown fault %q", kind)
+	}
+}

@@ -1,0 +1,249 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// waitDrained waits until no row is pending and returns how long it took.
+func waitDrained(t *testing.T, db *pgxpool.Pool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		var pending int
+		err := db.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE status = 'pending'`).Scan(&pending)
+		if err == nil && pending == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > drainTimeout {
+			t.Fatalf("chaos: %d events still pending %s after the faults ended (last error %v)", pending, drainTimeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// sinkReport is what one sink received, checked against what was committed.
+type sinkReport struct {
+	name       string
+	received   int
+	unique     int
+	duplicates int
+	missing    []string
+	unexpected []string
+	disorder   []string
+	// pairs are the ids of order violations: later event first.
+	pairs [][2]string
+}
+
+// analyse removes re-deliveries (keeping each id's first occurrence),
+// then checks that every wanted id arrived, nothing else did, and that per
+// key the sequence numbers only grow.
+func analyse(name string, got []delivered, want map[string]event) sinkReport {
+	r := sinkReport{name: name, received: len(got)}
+	seen := map[string]bool{}
+	lastN := map[string]int{}
+	lastID := map[string]string{}
+	for _, d := range got {
+		if seen[d.id] {
+			r.duplicates++
+			continue
+		}
+		seen[d.id] = true
+		r.unique++
+		w, ok := want[d.id]
+		if !ok {
+			r.unexpected = append(r.unexpected, d.id)
+			continue
+		}
+		if w.key != d.key || w.n != d.n {
+			r.unexpected = append(r.unexpected, fmt.Sprintf("%s arrived as key %q n %d, committed as key %q n %d", d.id, d.key, d.n, w.key, w.n))
+		}
+		if d.key == "" {
+			continue
+		}
+		if prev, ok := lastN[d.key]; ok && d.n <= prev {
+			r.disorder = append(r.disorder, fmt.Sprintf("key %s: n %d (%s) after n %d (%s)", d.key, d.n, d.id, prev, lastID[d.key]))
+			r.pairs = append(r.pairs, [2]string{lastID[d.key], d.id})
+		}
+		lastN[d.key], lastID[d.key] = d.n, d.id
+	}
+	for id := range want {
+		if !seen[id] {
+			r.missing = append(r.missing, id)
+		}
+	}
+	sort.Strings(r.missing)
+	return r
+}
+
+func (r sinkReport) rate() float64 {
+	if r.unique == 0 {
+		return 0
+	}
+	return 100 * float64(r.duplicates) / float64(r.unique)
+}
+
+// natsDeliveries reads the stream back in order.
+func (e *env) natsDeliveries() []delivered {
+	var out []delivered
+	for _, m := range e.stream.Messages(e.t) {
+		var p struct {
+			K string `json:"k"`
+			N int    `json:"n"`
+		}
+		if err := json.Unmarshal(m.Data, &p); err != nil {
+			e.t.Errorf("NATS message %d is not the JSON payload: %q", m.Seq, m.Data)
+			continue
+		}
+		out = append(out, delivered{id: m.Header.Get("Nats-Msg-Id"), key: m.Header.Get("Herald-Key"), n: p.N})
+	}
+	return out
+}
+
+// check compares the outbox table and both sinks with what was committed,
+// and prints the figures.
+func (e *env) check(db *pgxpool.Pool, prod *producer, unknownFound int, faultsEnd time.Time, drained time.Duration, seed int64, duration time.Duration) {
+	t := e.t
+	ctx := context.Background()
+	prod.mu.Lock()
+	committed := append([]event(nil), prod.committed...)
+	txs, failedTxs, unknown := prod.txs, prod.failedTxs, len(prod.unknown)
+	prod.mu.Unlock()
+
+	wantEvents := map[string]event{}
+	wantPoison := map[string]event{}
+	for _, ev := range committed {
+		if ev.topic == topicPoison {
+			wantPoison[ev.id] = ev
+		} else {
+			wantEvents[ev.id] = ev
+		}
+	}
+
+	// The table: nothing pending or leased; delivered rows done (kept by
+	// retention); exactly the poison events dead, refused with 400.
+	var pending, leased, done, dead, total int
+	if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'pending'),
+       count(*) FILTER (WHERE lease_owner IS NOT NULL OR lease_until IS NOT NULL),
+       count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'dead'), count(*)
+FROM outbox`).Scan(&pending, &leased, &done, &dead, &total); err != nil {
+		t.Fatalf("reading the outbox: %v", err)
+	}
+	if pending != 0 || leased != 0 {
+		t.Errorf("after draining: %d rows pending, %d leased; want 0 and 0", pending, leased)
+	}
+	if total != len(committed) {
+		t.Errorf("the outbox holds %d rows, the producer committed %d", total, len(committed))
+	}
+	rows, err := db.Query(ctx, `SELECT id::text, status, coalesce(last_error, '') FROM outbox WHERE status <> 'done'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadSeen := map[string]bool{}
+	for rows.Next() {
+		var id, status, lastErr string
+		if err := rows.Scan(&id, &status, &lastErr); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := wantPoison[id]; !ok || status != "dead" {
+			t.Errorf("row %s is %s (%s); only poison events may be dead", id, status, lastErr)
+			continue
+		}
+		if !strings.Contains(lastErr, "400") {
+			t.Errorf("dead poison event %s: last_error %q does not name the 400", id, lastErr)
+		}
+		deadSeen[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for id := range wantPoison {
+		if !deadSeen[id] {
+			t.Errorf("poison event %s is not dead", id)
+		}
+	}
+
+	reports := []sinkReport{
+		analyse("nats (JetStream)", e.natsDeliveries(), wantEvents),
+		analyse("webhook", e.hook.deliveries(), wantEvents),
+	}
+	e.hook.mu.Lock()
+	bad, refused := e.hook.bad, e.hook.refused
+	e.hook.mu.Unlock()
+	if len(bad) > 0 {
+		t.Errorf("malformed webhook requests:\n%s", strings.Join(bad, "\n"))
+	}
+	for _, r := range reports {
+		if len(r.missing) > 0 {
+			t.Errorf("%s: %d committed events never arrived (LOST), e.g. %v", r.name, len(r.missing), r.missing[:min(5, len(r.missing))])
+		}
+		if len(r.unexpected) > 0 {
+			t.Errorf("%s: %d unexpected or altered events, e.g. %v", r.name, len(r.unexpected), r.unexpected[:min(5, len(r.unexpected))])
+		}
+		if len(r.disorder) > 0 {
+			t.Errorf("%s: per-key order broken %d times, e.g.\n%s", r.name, len(r.disorder), strings.Join(r.disorder[:min(10, len(r.disorder))], "\n"))
+			for _, p := range r.pairs[:min(3, len(r.pairs))] {
+				t.Logf("%s: rows of the key of a violation:\n%s", r.name, describeRows(db, p[:]))
+			}
+		}
+	}
+
+	// The figures.
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos figures (seed %d, faults for %s, drained %s after the faults ended):\n", seed, duration, drained.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  producer: %d transactions, %d failed (%d commits with unknown outcome: %d of their events found committed)\n",
+		txs, failedTxs, unknown, unknownFound)
+	fmt.Fprintf(&b, "  events committed: %d (%d routed to both sinks, %d poison for the webhook only)\n", len(committed), len(wantEvents), len(wantPoison))
+	fmt.Fprintf(&b, "  outbox after drain: %d done, %d dead, %d pending, %d leased\n", done, dead, pending, leased)
+	for _, r := range reports {
+		fmt.Fprintf(&b, "  %-17s received %6d, unique %6d, duplicates %5d (%.2f%%), missing %d, order violations %d\n",
+			r.name+":", r.received, r.unique, r.duplicates, r.rate(), len(r.missing), len(r.disorder))
+	}
+	fmt.Fprintf(&b, "  webhook refused %d poison requests with 400\n", refused)
+	kinds := make([]string, 0, len(e.faults))
+	for k := range e.faults {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	totalFaults := 0
+	for _, k := range kinds {
+		fmt.Fprintf(&b, "  fault %-34s x%d\n", k, e.faults[k])
+		totalFaults += e.faults[k]
+	}
+	fmt.Fprintf(&b, "  faults injected: %d; wall time %s", totalFaults, time.Since(faultsEnd.Add(-duration)).Round(time.Second))
+	t.Log(b.String())
+}
+
+// describeRows prints the outbox rows of ids (kept by retention) with their
+// per-sink delivery records, as evidence for a violation.
+func describeRows(db *pgxpool.Pool, ids []string) string {
+	rows, err := db.Query(context.Background(), `SELECT seq, id::text, key, status, created_at, attempts, deliveries::text, topic
+FROM outbox WHERE key = (SELECT key FROM outbox WHERE id::text = ($1::text[])[1]) ORDER BY seq`, ids)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var (
+			seq            int64
+			id, key, st, d string
+			created        time.Time
+			attempts       int
+			topic          string
+		)
+		if err := rows.Scan(&seq, &id, &key, &st, &created, &attempts, &d, &topic); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  seq %d id %s %s key %s status %s created %s attempts %d deliveries %s\n",
+			seq, id, topic, key, st, created.Format(time.RFC3339Nano), attempts, d)
+	}
+	return b.String()
+}

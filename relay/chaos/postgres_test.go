@@ -1,0 +1,150 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// cluster is a throwaway PostgreSQL cluster owned by one test.
+type cluster struct {
+	dir, bin string
+	port     int
+	// asUser runs the server tools as this OS user (initdb refuses root).
+	asUser string
+}
+
+// pgBinDir finds initdb and pg_ctl: on PATH, or in a Debian PostgreSQL
+// directory. Under CI=true their absence fails the test; elsewhere it skips.
+func pgBinDir(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if _, err := exec.LookPath("pg_ctl"); err == nil {
+			return filepath.Dir(p)
+		}
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(matches) > 0 {
+		return filepath.Dir(matches[len(matches)-1])
+	}
+	msg := "chaos: initdb and pg_ctl not found (on PATH or /usr/lib/postgresql/*/bin); install the PostgreSQL server"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// startCluster creates a cluster in a temporary directory on a free port
+// of 127.0.0.1 and removes it when the test ends.
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := &cluster{bin: pgBinDir(t), port: freePort(t)}
+	dir, err := os.MkdirTemp("", "herald-chaos-pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.dir = dir
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("chaos: running as root and there is no postgres user to run initdb as: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		c.asUser = "postgres"
+	}
+	c.run(t, "initdb", "-D", c.data(), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+	c.start(t)
+	t.Cleanup(func() { c.stop(t, "immediate") })
+	return c
+}
+
+func (c *cluster) data() string { return filepath.Join(c.dir, "data") }
+
+// command returns the server tool name with args, as c.asUser when set.
+func (c *cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	path := filepath.Join(c.bin, name)
+	if c.asUser != "" {
+		return exec.CommandContext(ctx, "runuser", append([]string{"-u", c.asUser, "--", path}, args...)...)
+	}
+	return exec.CommandContext(ctx, path, args...)
+}
+
+func (c *cluster) run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := c.command(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("chaos: %s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func (c *cluster) start(t *testing.T) {
+	t.Helper()
+	// fsync off: the server process may crash, the machine does not.
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200", c.port, c.dir)
+	c.run(t, "pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-o", opts, "-w", "-t", "60", "start")
+}
+
+// stop stops the server: mode is fast (clean) or immediate (a crash).
+func (c *cluster) stop(t *testing.T, mode string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := c.command(ctx, "pg_ctl", "-D", c.data(), "-m", mode, "-w", "stop").CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "Is server running?") {
+		t.Errorf("chaos: pg_ctl stop -m %s: %v\n%s", mode, err, out)
+	}
+}
+
+// url returns a connection string naming the session application_name.
+func (c *cluster) url(appName string) string {
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable&application_name=%s",
+		dbPassword, c.port, appName)
+}
+
+// dbPassword is in every relay's database URL (trust authentication ignores
+// it) so the suite can check it never shows in their output.
+const dbPassword = "Chaos-Db-Pa55word"
+
+// pool returns a pool for the test itself, closed when the test ends.
+func (c *cluster) pool(t *testing.T, appName string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(c.url(appName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 4
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
