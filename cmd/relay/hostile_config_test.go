@@ -33,17 +33,17 @@ routes:
 	hook := "  - {name: hook, type: webhook, url: \"http://127.0.0.1:1/h\"}"
 	route := "  - {topics: [\"*\"], sinks: [hook]}"
 	cases := map[string]struct{ text, want string }{
-		"unknown sink type": {base("  - {name: hook, type: carrier-pigeon}", route, ""), `sinks[0].type: unknown sink type "carrier-pigeon"`},
-		"unknown route sink": {base(hook, "  - {topics: [\"*\"], sinks: [nowhere]}", ""), `routes[0].sinks[0]: unknown sink "nowhere"`},
-		"webhook url scheme": {base("  - {name: hook, type: webhook, url: \"ftp://example.com/x\"}", route, ""), `url: "ftp://example.com/x" is not an http(s) URL`},
-		"webhook url garbage": {base("  - {name: hook, type: webhook, url: \"http://[::1\"}", route, ""), "url: not a valid URL"},
-		"nats url": {base("  - {name: bus, type: nats, url: \"http://127.0.0.1:4222\"}", "  - {topics: [\"*\"], sinks: [bus]}", ""), "url:"},
-		"sink duration": {base("  - {name: hook, type: webhook, url: \"http://127.0.0.1:1/h\", timeout: soon}", route, ""), `timeout: invalid duration "soon"`},
-		"relay duration": {base(hook, route, "relay: {lease: 3 fortnights}"), `relay.lease: invalid duration`},
-		"missing secret": {base("  - {name: hook, type: webhook, url: \"http://127.0.0.1:1/h\", secret: \"${HERALD_NO_SUCH_SECRET}\"}", route, ""), "environment variable HERALD_NO_SUCH_SECRET is not set"},
-		"table with quote": {base(hook, route, "database_table_placeholder"), "database.table"},
+		"unknown sink type":    {base("  - {name: hook, type: carrier-pigeon}", route, ""), `sinks[0].type: unknown sink type "carrier-pigeon"`},
+		"unknown route sink":   {base(hook, "  - {topics: [\"*\"], sinks: [nowhere]}", ""), `routes[0].sinks[0]: unknown sink "nowhere"`},
+		"webhook url scheme":   {base("  - {name: hook, type: webhook, url: \"ftp://example.com/x\"}", route, ""), `url: "ftp://example.com/x" is not an http(s) URL`},
+		"webhook url garbage":  {base("  - {name: hook, type: webhook, url: \"http://[::1\"}", route, ""), "url: not a valid URL"},
+		"nats url":             {base("  - {name: bus, type: nats, url: \"http://127.0.0.1:4222\"}", "  - {topics: [\"*\"], sinks: [bus]}", ""), "url:"},
+		"sink duration":        {base("  - {name: hook, type: webhook, url: \"http://127.0.0.1:1/h\", timeout: soon}", route, ""), `timeout: invalid duration "soon"`},
+		"relay duration":       {base(hook, route, "relay: {lease: 3 fortnights}"), `relay.lease: invalid duration`},
+		"missing secret":       {base("  - {name: hook, type: webhook, url: \"http://127.0.0.1:1/h\", secret: \"${HERALD_NO_SUCH_SECRET}\"}", route, ""), "environment variable HERALD_NO_SUCH_SECRET is not set"},
+		"table with quote":     {base(hook, route, "database_table_placeholder"), "database.table"},
 		"table with semicolon": {base(hook, route, "database_table_placeholder"), "database.table"},
-		"schema with quote": {base(hook, route, "database_table_placeholder"), "database.schema"},
+		"schema with quote":    {base(hook, route, "database_table_placeholder"), "database.schema"},
 	}
 	tableEdits := map[string]string{
 		"table with quote":     `  table: 'outbox"; DROP TABLE users; --'`,
