@@ -1,0 +1,267 @@
+// Package admin is the relay's HTTP admin server:
+//
+//	GET  /healthz          200 while the process runs
+//	GET  /readyz           200 when the database answers within ReadyTimeout
+//	                       and no sink has been paused longer than
+//	                       ReadyPauseThreshold; 503 with the reasons otherwise
+//	GET  /metrics          Prometheus metrics
+//	GET  /dlq              dead letters (query: id, topic, key, sink, error,
+//	                       since, until, older_than, limit, after_seq)
+//	GET  /dlq/{id}         one event, every column
+//	POST /dlq/replay       replay dead letters (JSON body, see Selection)
+//	POST /dlq/purge        delete dead letters (JSON body, see Selection)
+//
+// The /dlq endpoints require "Authorization: Bearer <token>" when a token is
+// configured, compared in constant time. A token is required whenever the
+// server listens on anything but a loopback address.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/relay/deadletter"
+	"github.com/heraldhq/herald/sinks"
+)
+
+// DefaultListen is the address the admin server listens on by default.
+const DefaultListen = "127.0.0.1:9090"
+
+// Config configures the admin server.
+type Config struct {
+	// Listen is the host:port to listen on. Defaults to DefaultListen.
+	Listen string
+	// Token, when set, is the bearer token the /dlq endpoints require. It is
+	// required when Listen is not a loopback address.
+	Token sinks.Secret
+	// ReadyPauseThreshold is how long a sink may stay paused (down) before
+	// /readyz reports the relay not ready. Defaults to 1 minute.
+	ReadyPauseThreshold time.Duration
+	// ReadyTimeout bounds the database check of /readyz. Defaults to 2s.
+	ReadyTimeout time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.ReadyPauseThreshold == 0 {
+		c.ReadyPauseThreshold = time.Minute
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 2 * time.Second
+	}
+	return c
+}
+
+// Validate returns an error naming the first invalid field by its config
+// file key (admin.listen, admin.token, ...).
+func (c Config) Validate() error {
+	loopback, err := IsLoopback(c.Listen)
+	if err != nil {
+		return fmt.Errorf("admin.listen: %w", err)
+	}
+	switch {
+	case !loopback && c.Token == "":
+		return fmt.Errorf("admin.token: required when admin.listen (%s) is not a loopback address: the dead-letter API would be open to the network", c.Listen)
+	case c.ReadyPauseThreshold < 0:
+		return fmt.Errorf("admin.ready_pause_threshold: must not be negative, got %s", c.ReadyPauseThreshold)
+	case c.ReadyTimeout < 0:
+		return fmt.Errorf("admin.ready_timeout: must not be negative, got %s", c.ReadyTimeout)
+	}
+	return nil
+}
+
+// IsLoopback reports whether a host:port listen address only accepts
+// connections from this machine: localhost or a loopback IP. An empty host
+// listens on every interface.
+func IsLoopback(listen string) (bool, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false, fmt.Errorf("%q is not host:port", listen)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return false, fmt.Errorf("%q: port %q is not a number from 0 to 65535", listen, port)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true, nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false, nil // a host name (or empty): may resolve to anything
+	}
+	return ip.IsLoopback(), nil
+}
+
+// Pinger checks the database answers; *pgxpool.Pool is one.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Deps are what the server reports on.
+type Deps struct {
+	// DB is checked by /readyz.
+	DB Pinger
+	// PausedSinks returns the paused sinks and since when;
+	// (*relay.Relay).PausedSinks. Nil means none are ever paused.
+	PausedSinks func() map[string]time.Time
+	// Metrics serves /metrics. Nil leaves /metrics out.
+	Metrics http.Handler
+	// DeadLetters serves the /dlq endpoints.
+	DeadLetters *deadletter.Store
+	// Logger receives the server's logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the admin HTTP server.
+type Server struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New returns a server; it does not listen until Serve.
+func New(cfg Config, deps Deps) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.DB == nil || deps.DeadLetters == nil {
+		return nil, errors.New("admin: Deps.DB and Deps.DeadLetters are required")
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, deps: deps, log: deps.Logger, mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	if deps.Metrics != nil {
+		s.mux.Handle("GET /metrics", deps.Metrics)
+	}
+	s.mux.Handle("GET /dlq", s.authorized(s.dlqList))
+	s.mux.Handle("GET /dlq/{id}", s.authorized(s.dlqShow))
+	s.mux.Handle("POST /dlq/replay", s.authorized(s.dlqReplay))
+	s.mux.Handle("POST /dlq/purge", s.authorized(s.dlqPurge))
+	return s, nil
+}
+
+// Handler returns the server's routes.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Listen opens the configured address. Serve it with Serve.
+func (s *Server) Listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("admin server: listening on %s: %w", s.cfg.Listen, err)
+	}
+	return ln, nil
+}
+
+// Serve answers requests on ln until ctx ends, then shuts down gracefully
+// (within 5 seconds) and returns nil.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-ctx.Done()
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutCtx)
+	}()
+	s.log.InfoContext(ctx, "admin: listening", "address", ln.Addr().String(), "dlq_auth", s.cfg.Token != "")
+	err := srv.Serve(ln)
+	<-stopped
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("admin server: %w", err)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readiness is the /readyz answer.
+type readiness struct {
+	Ready    bool              `json:"ready"`
+	Database string            `json:"database"`
+	Paused   map[string]string `json:"paused_sinks,omitempty"`
+	Problems []string          `json:"problems,omitempty"`
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	out := readiness{Ready: true, Database: "ok"}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadyTimeout)
+	defer cancel()
+	if err := s.deps.DB.Ping(ctx); err != nil {
+		out.Ready, out.Database = false, "unreachable"
+		out.Problems = append(out.Problems, fmt.Sprintf("database did not answer within %s", s.cfg.ReadyTimeout))
+	}
+	if s.deps.PausedSinks != nil {
+		now := time.Now()
+		for name, since := range s.deps.PausedSinks() {
+			if out.Paused == nil {
+				out.Paused = map[string]string{}
+			}
+			out.Paused[name] = since.UTC().Format(time.RFC3339)
+			if d := now.Sub(since); d > s.cfg.ReadyPauseThreshold {
+				out.Ready = false
+				out.Problems = append(out.Problems, fmt.Sprintf("sink %s paused for %s (threshold %s)", name, d.Round(time.Second), s.cfg.ReadyPauseThreshold))
+			}
+		}
+		slices.Sort(out.Problems)
+	}
+	code := http.StatusOK
+	if !out.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, out)
+}
+
+// authorized requires the bearer token, when one is configured.
+func (s *Server) authorized(h http.HandlerFunc) http.Handler {
+	want := []byte(s.cfg.Token.Reveal())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(want) > 0 {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="herald-admin"`)
+				writeError(w, http.StatusUnauthorized, "a valid bearer token is required")
+				return
+			}
+		}
+		h(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}

@@ -1,0 +1,105 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/heraldhq/herald/relay/deadletter"
+	"github.com/heraldhq/herald/relay/metrics"
+)
+
+func scrape(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
+
+func newMetrics(t *testing.T) (*metrics.Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+func TestOutcomesAndPausedGauge(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t)
+	m.SinkPaused("kafka", true)
+	m.Failed("kafka", "t", "paused")
+	m.Failed("kafka", "t", "retry")
+	m.Failed("kafka", "t", "dead")
+	m.DeadLettered("t")
+	m.Published("kafka", "t", 30*time.Millisecond)
+	m.SinkPublish("kafka", 3, 2*time.Millisecond)
+	m.Claimed(3, time.Millisecond)
+	m.Recorded(3, time.Millisecond)
+	body := scrape(t, reg)
+	for _, want := range []string{
+		`herald_sink_paused{sink="kafka"} 1`,
+		`herald_events_deferred_total{sink="kafka",topic="t"} 1`,
+		`herald_events_retried_total{sink="kafka",topic="t"} 1`,
+		`herald_events_failed_total{sink="kafka",topic="t"} 2`,
+		`herald_events_dead_lettered_total{sink="kafka",topic="t"} 1`,
+		`herald_dead_letters_total{topic="t"} 1`,
+		`herald_events_published_total{sink="kafka",topic="t"} 1`,
+		`herald_commit_to_publish_seconds_bucket{sink="kafka",le="0.03125"} 1`,
+		`herald_publish_duration_seconds_count{sink="kafka"} 1`,
+		`herald_claim_duration_seconds_count 1`,
+		`herald_record_duration_seconds_count 1`,
+		`herald_events_claimed_total 3`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	m.SinkPaused("kafka", false)
+	if body := scrape(t, reg); !strings.Contains(body, `herald_sink_paused{sink="kafka"} 0`+"\n") {
+		t.Errorf("resumed sink still paused:\n%s", body)
+	}
+	// Registering twice on one registry fails instead of panicking.
+	if _, err := metrics.New(reg); err == nil {
+		t.Fatal("second New on the same registry succeeded")
+	}
+}
+
+func TestRefreshBacklog(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t)
+	var calls atomic.Int32
+	read := func(context.Context) (deadletter.Totals, error) {
+		if calls.Add(1) == 2 {
+			return deadletter.Totals{}, errors.New("connection refused")
+		}
+		return deadletter.Totals{Pending: 12, Dead: 4, OldestPendingAge: 90 * time.Second}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.RefreshBacklog(ctx, 10*time.Millisecond, read, nil)
+	}()
+	for calls.Load() < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	body := scrape(t, reg)
+	for _, want := range []string{"herald_backlog_pending_events 12", "herald_backlog_dead_events 4",
+		"herald_backlog_oldest_pending_age_seconds 90", "herald_backlog_refresh_errors_total 1"} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
