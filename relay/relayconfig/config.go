@@ -29,6 +29,10 @@ type File struct {
 	Relay Relay
 	// Log is the log section, defaults filled in.
 	Log Log
+	// Admin is the admin server section.
+	Admin Admin
+	// Tracing is the tracing section.
+	Tracing Tracing
 
 	sinks  []sinkSpec
 	routes []routeSpec
@@ -135,6 +139,8 @@ type rawFile struct {
 	Database Database  `yaml:"database"`
 	Relay    Relay     `yaml:"relay"`
 	Log      Log       `yaml:"log"`
+	Admin    Admin     `yaml:"admin"`
+	Tracing  Tracing   `yaml:"tracing"`
 	Sinks    yaml.Node `yaml:"sinks"`
 	Routes   yaml.Node `yaml:"routes"`
 }
@@ -198,7 +204,7 @@ func parse(data []byte, env func(string) (string, bool)) (*File, error) {
 	if err := d.decode(root, reflect.ValueOf(&raw).Elem(), ""); err != nil {
 		return nil, err
 	}
-	f := &File{Database: raw.Database, Relay: raw.Relay, Log: raw.Log.withDefaults()}
+	f := &File{Database: raw.Database, Relay: raw.Relay, Log: raw.Log.withDefaults(), Admin: raw.Admin, Tracing: raw.Tracing}
 	if v, ok := env("DATABASE_URL"); ok && v != "" {
 		f.Database.URL = sinks.Secret(v)
 	}
@@ -209,6 +215,12 @@ func parse(data []byte, env func(string) (string, bool)) (*File, error) {
 		return nil, err
 	}
 	if err := f.Log.validate(); err != nil {
+		return nil, err
+	}
+	if err := f.Admin.validate(); err != nil {
+		return nil, err
+	}
+	if err := f.Tracing.validate(); err != nil {
 		return nil, err
 	}
 	if err := f.Relay.Backoff.validate("relay.backoff"); err != nil {
@@ -249,7 +261,7 @@ func parseYAML(data []byte) (*yaml.Node, error) {
 		return nil, errors.New("the file must hold exactly one YAML document")
 	}
 	if len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
-		return nil, errors.New("the file must be a YAML mapping (database:, relay:, log:, sinks:, routes:)")
+		return nil, errors.New("the file must be a YAML mapping (database:, relay:, log:, admin:, tracing:, sinks:, routes:)")
 	}
 	return &root, nil
 }
@@ -440,6 +452,23 @@ func (f *File) DatabaseURL() string { return f.Database.URL.Reveal() }
 // filled in.
 func (f *File) Tables() migrations.Tables {
 	return migrations.Tables{Schema: f.Database.Schema, Table: f.Database.Table}.WithDefaults()
+}
+
+// RouteSinks returns the names of the sinks the first route matching topic
+// sends to, or nil when no route matches.
+func (f *File) RouteSinks(topic string) []string {
+	for _, r := range f.routes {
+		for _, p := range r.topics {
+			if relay.MatchTopic(p, topic) {
+				names := make([]string, len(r.targets))
+				for i, t := range r.targets {
+					names[i] = t.sink
+				}
+				return names
+			}
+		}
+	}
+	return nil
 }
 
 // SinkNames returns the names of the configured sinks, in file order.
