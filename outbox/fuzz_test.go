@@ -37,7 +37,7 @@ func FuzzValidate(f *testing.F) {
 		if e.payloadIsJSON() && len(payload) > 0 && (!json.Valid(payload) || !utf8.Valid(payload)) {
 			t.Fatalf("accepted invalid JSON %q as %q", payload, contentType)
 		}
-		cols, err := encode([]Event{e})
+		cols, err := encode([]Event{e}, nil)
 		if err != nil {
 			t.Fatalf("encoding an accepted event: %v", err)
 		}

@@ -18,12 +18,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/migrations"
 )
@@ -57,6 +61,13 @@ type Config struct {
 	NotifyInterval time.Duration
 	// DisableNotify never notifies: relays find events by polling only.
 	DisableNotify bool
+	// Propagator writes the caller's trace context into each event's
+	// headers (traceparent, tracestate) when the Enqueue context carries a
+	// valid span and the event sets neither header; the relay continues the
+	// trace from there. Defaults to OpenTelemetry's global propagator at
+	// each call (otel.GetTextMapPropagator, which writes nothing until the
+	// application sets one).
+	Propagator propagation.TextMapPropagator
 }
 
 // Writer enqueues events into the outbox table. It is safe for concurrent
@@ -66,8 +77,9 @@ type Writer struct {
 	channel        string
 	notifyInterval time.Duration // < 0: every call
 	disableNotify  bool
-	insertSQL      string // the insert alone
-	notifySQL      string // the insert and a pg_notify, one statement
+	insertSQL      string                        // the insert alone
+	notifySQL      string                        // the insert and a pg_notify, one statement
+	propagator     propagation.TextMapPropagator // nil: the global one
 
 	// start is the origin of lastNotify, read through the monotonic clock.
 	start time.Time
@@ -92,6 +104,7 @@ func NewWriter(cfg Config) (*Writer, error) {
 		channel:        tables.Channel(),
 		notifyInterval: interval,
 		disableNotify:  cfg.DisableNotify,
+		propagator:     cfg.Propagator,
 		insertSQL:      insert,
 		notifySQL:      "WITH ins AS (" + insert + ") SELECT pg_notify($11, '')",
 		start:          time.Now(),
@@ -118,7 +131,7 @@ func (w *Writer) Enqueue(ctx context.Context, tx pgx.Tx, events ...Event) ([]uui
 	if tx == nil {
 		return nil, errors.New("outbox: Enqueue: nil transaction")
 	}
-	return w.enqueue(events, func(query string, args []any) error {
+	return w.enqueue(w.traceHeaders(ctx), events, func(query string, args []any) error {
 		_, err := tx.Exec(ctx, query, args...)
 		return err
 	})
@@ -131,14 +144,61 @@ func (w *Writer) EnqueueSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([
 	if tx == nil {
 		return nil, errors.New("outbox: EnqueueSQL: nil transaction")
 	}
-	return w.enqueue(events, func(query string, args []any) error {
+	return w.enqueue(w.traceHeaders(ctx), events, func(query string, args []any) error {
 		_, err := tx.ExecContext(ctx, query, args...)
 		return err
 	})
 }
 
-// enqueue validates and encodes events, then runs the statement with exec.
-func (w *Writer) enqueue(events []Event, exec func(query string, args []any) error) ([]uuid.UUID, error) {
+// traceHeaders returns the trace context headers of ctx (traceparent and
+// tracestate), or nil when ctx carries no valid span.
+func (w *Writer) traceHeaders(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	p := w.propagator
+	if p == nil {
+		p = otel.GetTextMapPropagator()
+	}
+	carrier := propagation.MapCarrier{}
+	p.Inject(ctx, carrier)
+	if carrier["traceparent"] == "" {
+		return nil
+	}
+	out := map[string]string{"traceparent": carrier["traceparent"]}
+	if ts := carrier["tracestate"]; ts != "" {
+		out["tracestate"] = ts
+	}
+	return out
+}
+
+// withTrace returns headers with the trace context added, unless they carry
+// their own (either header, in any case) or adding it would break a limit.
+func withTrace(index int, headers, traceCtx map[string]string) map[string]string {
+	if traceCtx == nil {
+		return headers
+	}
+	for name := range headers {
+		if strings.EqualFold(name, "traceparent") || strings.EqualFold(name, "tracestate") {
+			return headers
+		}
+	}
+	merged := make(map[string]string, len(headers)+len(traceCtx))
+	for k, v := range headers {
+		merged[k] = v
+	}
+	for k, v := range traceCtx {
+		merged[k] = v
+	}
+	if validateHeaders(index, merged) != nil {
+		return headers
+	}
+	return merged
+}
+
+// enqueue validates and encodes events, adding traceCtx to their headers,
+// then runs the statement with exec.
+func (w *Writer) enqueue(traceCtx map[string]string, events []Event, exec func(query string, args []any) error) ([]uuid.UUID, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -147,7 +207,7 @@ func (w *Writer) enqueue(events []Event, exec func(query string, args []any) err
 			return nil, err
 		}
 	}
-	cols, err := encode(events)
+	cols, err := encode(events, traceCtx)
 	if err != nil {
 		return nil, err
 	}
@@ -208,8 +268,9 @@ type columns struct {
 	maxAttempts  []int32
 }
 
-// encode turns validated events into columns, drawing ids for those without.
-func encode(events []Event) (*columns, error) {
+// encode turns validated events into columns, drawing ids for those without
+// and adding the trace context headers (nil for none).
+func encode(events []Event, traceCtx map[string]string) (*columns, error) {
 	n := len(events)
 	c := &columns{
 		ids:          make([]uuid.UUID, n),
@@ -247,8 +308,8 @@ func encode(events []Event) (*columns, error) {
 		}
 		c.contentTypes[i] = e.ContentType
 		c.headers[i] = emptyHeaders
-		if len(e.Headers) > 0 {
-			h, err := json.Marshal(e.Headers)
+		if headers := withTrace(i, e.Headers, traceCtx); len(headers) > 0 {
+			h, err := json.Marshal(headers)
 			if err != nil {
 				return nil, fmt.Errorf("outbox: encoding the headers of events[%d]: %w", i, err)
 			}
