@@ -196,8 +196,8 @@ func (p *printer) event(source, id, topic, key string, payload []byte) {
 func summary(payload []byte) string {
 	var p struct {
 		Customer struct{ Name string } `json:"customer"`
-		Total    json.Number            `json:"total"`
-		Currency string                 `json:"currency"`
+		Total    json.Number           `json:"total"`
+		Currency string                `json:"currency"`
 	}
 	if json.Unmarshal(payload, &p) != nil || p.Total == "" {
 		return fmt.Sprintf("(%d bytes)", len(payload))
