@@ -46,6 +46,9 @@ func (r *run) live(ctx context.Context) error {
 
 	capacity := cfg.liveCapacity()
 	r.commitNanos = make([]int64, capacity)
+	// Set before the relays run; they do nothing until the target is set.
+	r.rec.onRecord = func(int) { r.checkFinished() }
+	r.obs.onRecorded = r.checkFinished
 	rs, err := r.startRelays(ctx)
 	if err != nil {
 		return err
@@ -86,8 +89,6 @@ func (r *run) live(ctx context.Context) error {
 		return ctx.Err()
 	}
 	r.target.Store(n)
-	r.rec.onRecord = func(int) { r.checkFinished() }
-	r.obs.onRecorded = r.checkFinished
 	err = r.waitFinished(ctx, rs, cfg.Timeout)
 	stopReports()
 	if err != nil {
