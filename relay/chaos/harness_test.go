@@ -337,6 +337,7 @@ relay:
   shutdown_timeout: 5s
   retention: 1h
 log: {level: info, format: json}
+admin: {listen: ""}
 sinks:
   - name: bus
     type: nats
