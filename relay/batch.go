@@ -21,10 +21,6 @@ import (
 // was stopped by a dead letter). It is stored as PostgreSQL 'infinity'.
 var forever = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
-// recheckDelay is how soon an event parked behind a hold whose time has
-// already come (its head is due but not in this batch) is looked at again.
-const recheckDelay = 50 * time.Millisecond
-
 // targetStatus is what happens to one event on one sink in one batch.
 type targetStatus uint8
 
@@ -33,6 +29,7 @@ const (
 	tAlreadyDone                     // delivered in an earlier attempt
 	tAlreadyDead                     // failed for good in an earlier attempt
 	tParked                          // waits behind an earlier event of its key
+	tWaiting                         // waits for its own retry time on this sink
 	tPaused                          // the sink is down
 	tDone                            // delivered now
 	tRetry                           // failed now, will be retried
@@ -42,7 +39,7 @@ const (
 type target struct {
 	sink    *sinkState
 	status  targetStatus
-	until   time.Time // tParked, tPaused, tRetry: when to look again
+	until   time.Time // tParked, tWaiting, tPaused, tRetry: when to look again
 	err     error     // the failure, for tRetry, tDead, tPaused
 	tries   int       // attempts on this sink after this batch
 	batched int       // index in the sink's batch, for tSend
@@ -131,13 +128,23 @@ func (b *batch) plan() {
 					continue
 				}
 				if until, ok := heldOutside(rw.holds, rt.state.name, inBatch); ok {
-					if !until.After(b.now) {
-						until = b.now.Add(recheckDelay)
-					}
+					// A hold already due means its event is due too but not
+					// in this batch: look again at once. Parking at now keeps
+					// this event ahead of any of its key inserted later.
+					until = maxTime(until, b.now)
 					t.status, t.until = tParked, until
 					blocked[ks] = until
 					continue
 				}
+			}
+			if prev.State == stateRetry && prev.Next.After(b.now) {
+				// The row came due through another sink; this one keeps its
+				// own retry time (and its hold, so the key stays in order).
+				t.status, t.until = tWaiting, prev.Next
+				if rw.key != "" {
+					blocked[ks] = prev.Next
+				}
+				continue
 			}
 			if rt.state.pausedUntil.After(b.now) {
 				t.status, t.until = tPaused, rt.state.pausedUntil
@@ -273,7 +280,7 @@ func (b *batch) settle() {
 			case sinks.IsUnavailable(err):
 				t.status, t.until, t.err = tPaused, t.sink.pausedUntil, err
 			case errors.Is(err, sinks.ErrSkipped):
-				t.status, t.until = tParked, b.now.Add(recheckDelay)
+				t.status, t.until = tParked, b.now
 			case sinks.IsPermanent(err):
 				t.status, t.err = tDead, err
 				t.tries++
@@ -313,7 +320,7 @@ func (b *batch) outcome() *outcome {
 			b.r.logEvent(rw, "", "relay: event dead-lettered", p.deadErr)
 			b.r.cfg.Observer.DeadLettered(rw.topic)
 			for sink, d := range rw.deliveries {
-				if d.State == stateRetry && rw.key != "" {
+				if holds(d) && rw.key != "" {
 					o.free(rw.key, sink, rw.seq)
 				}
 			}
@@ -360,7 +367,7 @@ func (b *batch) settleRow(rw *row, p *rowPlan, o *outcome) {
 		case tRetry, tPaused:
 			finished, changed = false, true
 			msg := t.err.Error()
-			newStates[name] = delivery{State: stateRetry, Attempts: t.tries, Error: msg, At: b.now}
+			newStates[name] = delivery{State: stateRetry, Attempts: t.tries, Error: msg, At: b.now, Next: t.until}
 			errs = append(errs, name+": "+msg)
 			if t.status == tRetry {
 				b.counts.retried++
@@ -374,17 +381,29 @@ func (b *batch) settleRow(rw *row, p *rowPlan, o *outcome) {
 				o.take(rw.key, name, rw.seq, t.until)
 			}
 		case tParked:
-			finished = false
+			// It holds the sink too, so that events of its key written later
+			// wait for it even after the event it waits behind is delivered.
+			finished, changed = false, true
 			b.counts.parked++
+			state := stateWait
+			if prev.State == stateRetry {
+				state = stateRetry
+			}
+			newStates[name] = delivery{State: state, Attempts: prev.Attempts, Error: prev.Error, At: b.now, Next: t.until}
+			if rw.key != "" {
+				o.take(rw.key, name, rw.seq, t.until)
+			}
+		case tWaiting:
+			finished = false
 		}
-		if t.status == tParked || t.status == tRetry || t.status == tPaused {
+		if t.status == tParked || t.status == tWaiting || t.status == tRetry || t.status == tPaused {
 			if next.IsZero() || t.until.Before(next) {
 				next = t.until
 			}
 		}
 		attempts = max(attempts, t.tries)
 		// A hold this event had on the sink ends when it is settled there.
-		if prev.State == stateRetry && rw.key != "" && (t.status == tDone || t.status == tDead) {
+		if holds(prev) && rw.key != "" && (t.status == tDone || t.status == tDead) {
 			if t.status == tDead && b.r.cfg.StopKeyOnDeadLetter {
 				o.take(rw.key, name, rw.seq, forever)
 			} else {
@@ -474,3 +493,13 @@ func encodeDeliveries(d map[string]delivery) []byte {
 	}
 	return b
 }
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// holds reports whether an event in this delivery state holds its sink.
+func holds(d delivery) bool { return d.State == stateRetry || d.State == stateWait }

@@ -27,6 +27,8 @@ type Relay struct {
 	routeCache map[string]*route
 
 	wake chan struct{}
+	// sinkNames lists every sink of every route, for the claim's hold lookup.
+	sinkNames []string
 	// recording receives the result of the batch being recorded in the
 	// background; nil when none is.
 	recording chan error
@@ -85,6 +87,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			if st == nil {
 				st = &sinkState{Sink: t.Sink, name: t.Sink.Name()}
 				states[st.name] = st
+				r.sinkNames = append(r.sinkNames, st.name)
 			}
 			rt.targets = append(rt.targets, routeTarget{Target: t, state: st})
 		}
@@ -337,7 +340,7 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 		mask = 0 // lane leases may have lapsed: only events without a key
 	}
 	start := time.Now()
-	rows, err := r.store.claim(ctx, mask, r.cfg.BatchSize, r.cfg.Lease)
+	rows, err := r.store.claim(ctx, mask, r.cfg.BatchSize, r.cfg.Lease, r.sinkNames)
 	if err != nil {
 		return 0, err
 	}

@@ -343,7 +343,7 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 	if _, err := dead.refreshLanes(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := dead.claim(ctx, ^uint64(0), 10, 2*time.Second)
+	rows, err := dead.claim(ctx, ^uint64(0), 10, 2*time.Second, nil)
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("crashed relay claimed %d rows: %v", len(rows), err)
 	}
@@ -429,4 +429,66 @@ func TestRetryAfterFromTheSinkIsHonoured(t *testing.T) {
 	if took := b.rec.all()[0].at.Sub(start); took < 1200*time.Millisecond {
 		t.Fatalf("retried after %s, before the sink's Retry-After of 1.2s", took)
 	}
+}
+
+// TestLateEventWaitsForParkedFollower: head H fails once; its follower F is
+// parked behind it. While H's retry is in flight, a transaction that began
+// long ago commits event E of the same key (its available_at sorts before
+// F's). Claiming one event at a time, E is claimed before F; it must still
+// reach the sink after F, because F holds the key while it waits.
+func TestLateEventWaitsForParkedFollower(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var (
+		headSeq  atomic.Int64
+		failed   atomic.Bool
+		retrying = make(chan struct{})
+		release  = make(chan struct{})
+	)
+	sink := &testSink{name: "mem", rec: b.rec}
+	sink.fail = func(e sinks.Event) error {
+		if e.Seq != headSeq.Load() {
+			return nil
+		}
+		if !failed.Swap(true) {
+			return errBoom
+		}
+		close(retrying)
+		<-release // hold the head's retry in flight
+		return nil
+	}
+	cfg := b.config(t, sink)
+	cfg.BatchSize = 1
+	cfg.Backoff = Backoff{Initial: 300 * time.Millisecond, Max: time.Second, Jitter: -1}
+	seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
+	headSeq.Store(seqs[0])
+	b.start(t, cfg)
+
+	select {
+	case <-retrying:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the head's retry never started")
+	}
+	var late int64
+	if err := b.pool.QueryRow(context.Background(), `INSERT INTO `+b.tables.Outbox()+` (topic, key, payload, available_at)
+VALUES ('t', 'k', '{}', now() - interval '1 hour') RETURNING seq`).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "all three delivered", func() bool { return len(b.rec.all()) == 3 })
+	got := seqsInOrder(b.rec.all())
+	want := []int64{seqs[0], seqs[1], late}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("delivery order %v, want %v: the late event overtook the parked one", got, want)
+		}
+	}
+}
+
+func seqsInOrder(got []received) []int64 {
+	out := make([]int64, len(got))
+	for i, g := range got {
+		out[i] = g.seq
+	}
+	return out
 }

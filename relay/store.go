@@ -57,10 +57,27 @@ func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
         FOR UPDATE SKIP LOCKED))
     RETURNING o.seq, o.id, o.topic, o.key, o.payload, o.payload_bin, o.content_type, o.headers,
               o.created_at, o.attempts, o.max_attempts, o.deliveries
+), held AS (
+    -- Keys of this batch that have holds at all (none, in the common case:
+    -- the EXISTS is evaluated once and skips the lookups below).
+    SELECT DISTINCT x.key FROM ` + h + ` x
+    WHERE EXISTS (SELECT 1 FROM ` + h + `) AND x.key IN (SELECT key FROM claimed)
 )
 SELECT c.seq, c.id, c.topic, c.key, c.payload, c.payload_bin, c.content_type, c.headers,
-       c.created_at, c.attempts, c.max_attempts, c.deliveries, h.sink, h.seq, h.until
-FROM claimed c LEFT JOIN ` + h + ` h ON h.key = c.key AND h.seq < c.seq
+       c.created_at, c.attempts, c.max_attempts, c.deliveries, w.sink, w.seq, w.until
+FROM claimed c
+-- Per sink, the nearest earlier event of the key that waits on that sink
+-- and is not in this batch (those in the batch are ordered by the batch).
+LEFT JOIN LATERAL (
+    SELECT s.sink, n.seq, n.until
+    FROM unnest($5::text[]) AS s(sink)
+    CROSS JOIN LATERAL (
+        SELECT x.seq, x.until FROM ` + h + ` x
+        WHERE x.key = c.key AND x.sink = s.sink AND x.seq < c.seq
+          AND x.seq <> ALL (ARRAY(SELECT seq FROM claimed))
+        ORDER BY x.seq DESC LIMIT 1
+    ) n
+) w ON c.key IN (SELECT key FROM held)
 ORDER BY c.seq`,
 		deleteSQL: `DELETE FROM ` + o + ` WHERE seq = ANY($1) AND lease_owner = $2`,
 		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL
@@ -159,15 +176,19 @@ type hold struct {
 
 // delivery is one sink's state for one event, kept in the deliveries column.
 type delivery struct {
-	State    string    `json:"state"` // done, retry or dead
+	State    string    `json:"state"` // done, retry, wait or dead
 	Attempts int       `json:"attempts,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	At       time.Time `json:"at"`
+	// Next is when a sink in state retry may be tried again. A row is due
+	// at its earliest sink's Next; the others wait for their own.
+	Next time.Time `json:"next,omitzero"`
 }
 
 const (
 	stateDone  = "done"
-	stateRetry = "retry"
+	stateRetry = "retry" // failed (or its sink was down); retried at Next
+	stateWait  = "wait"  // parked behind an earlier event of its key until Next
 	stateDead  = "dead"
 )
 
@@ -190,8 +211,8 @@ type row struct {
 
 // claim leases up to limit due rows of the lanes in mask (and rows without a
 // key) and returns them in seq order.
-func (s *store) claim(ctx context.Context, mask uint64, limit int, lease time.Duration) ([]row, error) {
-	rows, err := s.pool.Query(ctx, s.claimSQL, int64(mask), limit, s.owner, lease)
+func (s *store) claim(ctx context.Context, mask uint64, limit int, lease time.Duration, sinkNames []string) ([]row, error) {
+	rows, err := s.pool.Query(ctx, s.claimSQL, int64(mask), limit, s.owner, lease, sinkNames)
 	if err != nil {
 		return nil, fmt.Errorf("claiming events: %w", err)
 	}

@@ -49,6 +49,18 @@ type DB interface {
 // ErrNotFound is returned by Show for an id no stored event has.
 var ErrNotFound = errors.New("deadletter: no event with this id")
 
+// InputError is an invalid filter field or id, as opposed to a failure of
+// the database.
+type InputError struct {
+	// Field names the filter field ("id", "until", "older_than").
+	Field string
+	// Reason says what is wrong.
+	Reason string
+}
+
+// Error returns e.g. `id: "x" is not a UUID`.
+func (e *InputError) Error() string { return e.Field + ": " + e.Reason }
+
 // Store runs the dead-letter and status statements on one outbox table.
 type Store struct {
 	db        DB
@@ -102,6 +114,11 @@ FROM ` + o + ` WHERE id = $1`
     UPDATE ` + o + ` SET available_at = $11
     WHERE status = 'pending' AND available_at = 'infinity'
       AND key IN (SELECT key FROM upd WHERE key IS NOT NULL)
+    RETURNING seq, key
+), rehold AS (
+    -- The woken events hold their key while they wait (see relay's
+    -- holds); their holds come due with them.
+    UPDATE ` + h + ` x SET until = $11 FROM wake w WHERE x.key = w.key AND x.seq = w.seq
 )
 SELECT seq, id::text FROM upd`
 	s.purgeSQL = `WITH sel AS (
@@ -116,6 +133,11 @@ SELECT seq, id::text FROM upd`
     UPDATE ` + o + ` SET available_at = $11
     WHERE status = 'pending' AND available_at = 'infinity'
       AND key IN (SELECT key FROM del WHERE key IS NOT NULL)
+    RETURNING seq, key
+), rehold AS (
+    -- The woken events hold their key while they wait (see relay's
+    -- holds); their holds come due with them.
+    UPDATE ` + h + ` x SET until = $11 FROM wake w WHERE x.key = w.key AND x.seq = w.seq
 )
 SELECT seq, id::text FROM del`
 	s.nowSQL = `SELECT now()`
@@ -176,14 +198,14 @@ func (f Filter) IsZero() bool {
 func (f Filter) Validate() error {
 	for _, id := range f.IDs {
 		if _, err := uuid.Parse(id); err != nil {
-			return fmt.Errorf("id: %q is not a UUID", truncate(id, 60))
+			return &InputError{"id", fmt.Sprintf("%q is not a UUID", truncate(id, 60))}
 		}
 	}
 	switch {
 	case f.OlderThan < 0:
-		return fmt.Errorf("older_than: must not be negative, got %s", f.OlderThan)
+		return &InputError{"older_than", fmt.Sprintf("must not be negative, got %s", f.OlderThan)}
 	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until):
-		return fmt.Errorf("until: %s is not after since %s", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
+		return &InputError{"until", fmt.Sprintf("%s is not after since %s", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))}
 	}
 	return nil
 }
@@ -403,7 +425,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 	u, err := uuid.Parse(id)
 	if err != nil {
-		return nil, fmt.Errorf("id: %q is not a UUID", truncate(id, 60))
+		return nil, &InputError{"id", fmt.Sprintf("%q is not a UUID", truncate(id, 60))}
 	}
 	var (
 		e                       Event
