@@ -40,6 +40,7 @@ configuration errors.`,
 	root.AddCommand(newMigrateCommand(g))
 	root.AddCommand(newRunCommand(g))
 	root.AddCommand(newVersionCommand())
+	root.AddCommand(newDemoCommand(g))
 	root.AddCommand(newBenchCommand(g))
 	return root
 }

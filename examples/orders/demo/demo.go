@@ -1,0 +1,625 @@
+// Package demo is `relay demo`: Herald's orders example running whole in
+// one process, needing nothing but PostgreSQL.
+//
+// It migrates a demo schema, starts an embedded NATS server with JetStream,
+// a webhook receiver and an SMTP server, and runs the order service (package
+// shop) and a relay between them. It then places and pays a stream of
+// orders over HTTP. Meanwhile the webhook answers 503 for a while, so its
+// events are retried, and refuses (400) the orders.paid event of a few
+// orders, which are dead-lettered. It then "fixes" the webhook, replays the
+// dead letters (package relay/deadletter), waits until every event reached
+// every sink its route names, and returns a Summary: orders paid, events per
+// sink, retries, dead letters, replays, and commit-to-publish latency
+// measured at the receivers (the order service notes each commit's time, the
+// receivers each event's arrival).
+//
+// Routes: orders.* (orders.created, orders.paid) go to NATS and the
+// webhook, email.* (email.order_paid) to the email sink.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/examples/orders/shop"
+	"github.com/heraldhq/herald/examples/orders/templates"
+	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/outbox"
+	"github.com/heraldhq/herald/relay"
+	"github.com/heraldhq/herald/relay/deadletter"
+	"github.com/heraldhq/herald/relay/relayconfig"
+	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/email"
+	natssink "github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/webhook"
+)
+
+// DefaultSchema is the schema the demo creates (and drops) when Options
+// names none. Every demo schema must start with it.
+const DefaultSchema = "herald_demo"
+
+// Sink names.
+const (
+	SinkNATS    = "nats"
+	SinkWebhook = "webhook"
+	SinkEmail   = "email"
+)
+
+// Options configure a run. The zero value runs the full demo on the local
+// server.
+type Options struct {
+	// DatabaseURL is the PostgreSQL to use. Defaults to DefaultDatabaseURL.
+	DatabaseURL string
+	// StartPostgres starts a server when none answers at DatabaseURL.
+	// Defaults to StartContainer (testcontainers-go, needs Docker).
+	StartPostgres StartPostgresFunc
+	// Schema is created for the demo, dropped first if it exists, and
+	// dropped at the end unless Keep. It must start with DefaultSchema.
+	// Defaults to DefaultSchema.
+	Schema string
+	// Keep leaves the schema (orders and outbox) in place at the end.
+	Keep bool
+	// Short is the CI size: 100 orders, a 1s outage. Orders and Outage
+	// override it.
+	Short bool
+	// Orders is how many orders to place and pay. Defaults to 500 (100
+	// when Short).
+	Orders int
+	// Rate is the orders placed per second. Defaults to 100; negative means
+	// as fast as possible.
+	Rate float64
+	// Outage is how long the webhook answers 503. Defaults to 3s (1s when
+	// Short); negative means no outage.
+	Outage time.Duration
+	// RejectEvery makes the webhook refuse the orders.paid event of every
+	// RejectEvery-th order (the 17th, then every RejectEvery after it) until
+	// the dead letters are replayed. Defaults to 50.
+	RejectEvery int
+	// Timeout bounds the whole run. Defaults to 3 minutes.
+	Timeout time.Duration
+	// Progress receives notes and the live progress line. Nil means none.
+	Progress io.Writer
+	// Live rewrites the progress line in place (\r), for a terminal;
+	// otherwise it is printed every few seconds as a plain line.
+	Live bool
+	// Logger receives the relay's and the order service's logs. Defaults to
+	// none.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = DefaultDatabaseURL
+	}
+	if o.StartPostgres == nil {
+		o.StartPostgres = StartContainer
+	}
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if o.Orders == 0 {
+		o.Orders = 500
+		if o.Short {
+			o.Orders = 100
+		}
+	}
+	if o.Rate == 0 {
+		o.Rate = 100
+	}
+	if o.Outage == 0 {
+		o.Outage = 3 * time.Second
+		if o.Short {
+			o.Outage = time.Second
+		}
+	}
+	o.Outage = max(o.Outage, 0)
+	if o.RejectEvery == 0 {
+		o.RejectEvery = 50
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 3 * time.Minute
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Orders < 1 || o.Orders > 100000:
+		return fmt.Errorf("orders: must be between 1 and 100000, got %d", o.Orders)
+	case o.Outage > time.Minute:
+		return fmt.Errorf("outage: must be at most 1m, got %s", o.Outage)
+	case o.RejectEvery < 1:
+		return fmt.Errorf("reject every: must be at least 1, got %d", o.RejectEvery)
+	case !strings.HasPrefix(o.Schema, DefaultSchema):
+		return fmt.Errorf("schema: %q must start with %q (the demo drops it)", o.Schema, DefaultSchema)
+	}
+	if _, err := pgx.ParseConfig(o.DatabaseURL); err != nil {
+		return fmt.Errorf("database url: %s", relayconfig.ScrubPassword(err.Error(), o.DatabaseURL))
+	}
+	return migrations.Tables{Schema: o.Schema, Table: "outbox"}.Validate()
+}
+
+// rejected reports whether the i-th order (from 0) has its orders.paid
+// refused by the webhook until the replay.
+func (o Options) rejected(i int) bool { return i%o.RejectEvery == 17%o.RejectEvery }
+
+// Run runs the demo and returns its summary. The error is non-nil when the
+// demo could not run (no database, ctx ended, a component failed to start);
+// whether the numbers add up is Summary.Check's business.
+func Run(ctx context.Context, opts Options) (*Summary, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	d := &run{opts: opts, out: opts.Progress, started: time.Now()}
+	defer d.cleanup()
+	if err := d.setup(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.drive(ctx); err != nil {
+		return nil, err
+	}
+	return d.summary(ctx)
+}
+
+// run is one demo run: its components and what it measured.
+type run struct {
+	opts    Options
+	out     io.Writer
+	started time.Time
+	closers []func()
+
+	dbURL      string
+	containerd bool
+	pool       *pgxpool.Pool
+	tables     migrations.Tables
+	dead       *deadletter.Store
+
+	nats *natsPeer
+	hook *webhookPeer
+	mail *mailPeer
+	rl   *relay.Relay
+	obs  *observer
+	svc  *http.Server
+	base string // the order service's URL
+
+	commitMu sync.Mutex
+	commits  map[string]time.Time // event id → commit time
+	topics   map[string]string    // event id → topic
+
+	paid         atomic.Int64
+	replayed     int64
+	deadLettered int64
+	phase        atomic.Value // string
+}
+
+func (d *run) note(s string) { fmt.Fprintln(d.out, s) }
+
+// addCloser registers a cleanup step; they run in reverse order.
+func (d *run) addCloser(f func()) { d.closers = append(d.closers, f) }
+
+func (d *run) cleanup() {
+	for _, f := range slices.Backward(d.closers) {
+		f()
+	}
+}
+
+func (d *run) setup(ctx context.Context) error {
+	url, stop, err := resolveDatabase(ctx, d.opts.DatabaseURL, d.opts.StartPostgres, d.note)
+	if err != nil {
+		return err
+	}
+	if stop != nil {
+		d.containerd = true
+		d.addCloser(stop)
+	}
+	d.dbURL = url
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("database url: %s", relayconfig.ScrubPassword(err.Error(), url))
+	}
+	cfg.MaxConns = 20
+	if d.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return fmt.Errorf("connecting to %s: %w", relayconfig.RedactURL(url), err)
+	}
+	d.addCloser(d.pool.Close)
+
+	// A fresh schema: Herald's tables and the orders table.
+	d.tables = migrations.Tables{Schema: d.opts.Schema, Table: "outbox"}
+	if err := d.dropSchema(ctx); err != nil {
+		return err
+	}
+	if !d.opts.Keep {
+		d.addCloser(func() {
+			dropCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := d.dropSchema(dropCtx); err != nil {
+				d.note("demo: " + err.Error())
+			}
+		})
+	}
+	m, err := migrations.NewMigrator(d.pool, d.tables, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := m.Up(ctx, 0); err != nil {
+		return fmt.Errorf("migrating schema %s: %w", d.tables.Schema, err)
+	}
+	if err := shop.Migrate(ctx, d.pool, d.tables.Schema); err != nil {
+		return err
+	}
+	if d.dead, err = deadletter.New(d.pool, d.tables); err != nil {
+		return err
+	}
+	d.note(fmt.Sprintf("demo: PostgreSQL %s, schema %s migrated", relayconfig.RedactURL(url), d.tables.Schema))
+
+	// The sinks' peers.
+	tmp, err := os.MkdirTemp("", "herald-demo-")
+	if err != nil {
+		return fmt.Errorf("creating a temporary directory: %w", err)
+	}
+	d.addCloser(func() { _ = os.RemoveAll(tmp) })
+	if d.nats, err = startNATS(ctx, tmp); err != nil {
+		return err
+	}
+	d.addCloser(d.nats.close)
+	if d.hook, err = startWebhook(); err != nil {
+		return err
+	}
+	d.addCloser(func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.hook.close(closeCtx)
+	})
+	if d.mail, err = startMail(); err != nil {
+		return err
+	}
+	d.addCloser(d.mail.close)
+	if err := templates.WriteDir(tmp); err != nil {
+		return err
+	}
+	d.note(fmt.Sprintf("demo: NATS JetStream %s (stream %s), webhook %s, SMTP 127.0.0.1:%d",
+		d.nats.url(), d.nats.stream, d.hook.url(), d.mail.srv.Port()))
+
+	if err := d.startRelay(ctx, tmp); err != nil {
+		return err
+	}
+	return d.startShop(ctx)
+}
+
+func (d *run) dropSchema(ctx context.Context) error {
+	if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.tables.Schema}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("dropping schema %s: %w", d.tables.Schema, err)
+	}
+	return nil
+}
+
+// startRelay creates the sinks and runs a relay until the run ends.
+func (d *run) startRelay(ctx context.Context, templatesDir string) error {
+	natsSink, err := natssink.New(SinkNATS, natssink.Config{URL: d.nats.url()}, d.opts.Logger)
+	if err != nil {
+		return err
+	}
+	hookSink, err := webhook.New(SinkWebhook, webhook.Config{URL: d.hook.url(), Secret: webhookSecret, Timeout: 5 * time.Second}, d.opts.Logger)
+	if err != nil {
+		return errors.Join(err, natsSink.Close(ctx))
+	}
+	mailSink, err := email.New(SinkEmail, email.Config{
+		SMTP:         email.SMTPConfig{Host: "127.0.0.1", Port: d.mail.srv.Port()},
+		From:         "Herald Demo Shop <shop@example.com>",
+		TemplatesDir: templatesDir,
+		ToField:      "customer.email",
+	}, d.opts.Logger)
+	if err != nil {
+		return errors.Join(err, natsSink.Close(ctx), hookSink.Close(ctx))
+	}
+	all := []sinks.Sink{natsSink, hookSink, mailSink}
+	d.addCloser(func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, s := range all {
+			_ = s.Close(closeCtx)
+		}
+	})
+	d.obs = newObserver()
+	cfg := relay.Config{
+		Tables:       d.tables,
+		BatchSize:    200,
+		Lease:        10 * time.Second,
+		PollInterval: 250 * time.Millisecond,
+		// Enough attempts to outlast the outage; the refused events die at
+		// once (400 is permanent).
+		MaxAttempts: int(d.opts.Outage/time.Second) + 12,
+		Backoff:     relay.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
+		SinkPause:   relay.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
+		Logger:      d.opts.Logger,
+		Observer:    d.obs,
+		Routes: []relay.Route{
+			{Topics: []string{"orders.*"}, Targets: []relay.Target{
+				{Sink: natsSink, Destination: template.Must(template.New("nats").Parse(natsSubjectPrefix + ".{{.Topic}}"))},
+				{Sink: hookSink},
+			}},
+			{Topics: []string{"email.*"}, Targets: []relay.Target{{Sink: mailSink}}},
+		},
+	}
+	if d.rl, err = relay.New(d.pool, cfg); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- d.rl.Run(runCtx) }()
+	d.addCloser(func() {
+		stop()
+		if err := <-done; err != nil {
+			d.note("demo: relay: " + err.Error())
+		}
+	})
+	return nil
+}
+
+// startShop serves the order service on a free port of 127.0.0.1.
+func (d *run) startShop(ctx context.Context) error {
+	d.commits, d.topics = map[string]time.Time{}, map[string]string{}
+	w, err := outbox.NewWriter(outbox.Config{Tables: d.tables})
+	if err != nil {
+		return err
+	}
+	svc, err := shop.New(d.pool, shop.Config{Schema: d.tables.Schema, Outbox: w, Logger: d.opts.Logger,
+		OnCommit: func(c shop.Commit) {
+			d.commitMu.Lock()
+			defer d.commitMu.Unlock()
+			for _, e := range c.Events {
+				d.commits[e.ID.String()] = c.At
+				d.topics[e.ID.String()] = e.Topic
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("starting the order service: %w", err)
+	}
+	d.svc = &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = d.svc.Serve(ln) }()
+	d.addCloser(func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = d.svc.Shutdown(closeCtx)
+	})
+	d.base = "http://" + ln.Addr().String()
+	d.note("demo: order service " + d.base)
+	return nil
+}
+
+// drive places and pays the orders, runs the outage, waits for the dust to
+// settle, fixes the webhook, replays the dead letters and waits until
+// everything is delivered.
+func (d *run) drive(ctx context.Context) error {
+	d.phase.Store("placing orders")
+	stopProgress := d.progress(ctx)
+	defer stopProgress()
+
+	// The outage starts once a fifth of the orders are paid.
+	outageDone := make(chan struct{})
+	go func() {
+		defer close(outageDone)
+		for d.paid.Load() < int64(d.opts.Orders/5) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if d.opts.Outage == 0 {
+			return
+		}
+		d.hook.outage.Store(true)
+		d.phase.Store("webhook outage (503)")
+		select {
+		case <-ctx.Done():
+		case <-time.After(d.opts.Outage):
+		}
+		d.hook.outage.Store(false)
+		d.phase.Store("placing orders")
+	}()
+
+	if err := d.placeOrders(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-outageDone:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the outage to end: %w", ctx.Err())
+	}
+
+	// Every event is delivered or dead.
+	d.phase.Store("draining")
+	if err := d.waitFor(ctx, "every event to be delivered or dead-lettered", func(t deadletter.Totals) bool { return t.Pending == 0 }); err != nil {
+		return err
+	}
+	totals, err := d.dead.Totals(ctx)
+	if err != nil {
+		return err
+	}
+	d.deadLettered = totals.Dead
+
+	// Fix the webhook and replay the dead letters.
+	d.hook.fixed.Store(true)
+	d.phase.Store("replaying dead letters")
+	res, err := d.dead.Replay(ctx, deadletter.Filter{}, deadletter.ReplayOpts{})
+	if err != nil {
+		return fmt.Errorf("replaying dead letters: %w", err)
+	}
+	d.replayed = res.Count
+	if err := d.waitFor(ctx, "the replayed events to be delivered", func(t deadletter.Totals) bool {
+		return t.Pending == 0 && t.Dead == 0 && d.allArrived()
+	}); err != nil {
+		return err
+	}
+	d.phase.Store("done")
+	return nil
+}
+
+// placeOrders creates and pays opts.Orders orders over HTTP, at opts.Rate.
+func (d *run) placeOrders(ctx context.Context) error {
+	const workers = 16
+	client := &shop.Client{BaseURL: d.base, HTTP: &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: workers},
+	}}
+	jobs := make(chan int)
+	errc := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if err := d.placeOrder(ctx, client, i); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	var err error
+feed:
+	for i := range d.opts.Orders {
+		if d.opts.Rate > 0 {
+			due := start.Add(time.Duration(float64(i) / d.opts.Rate * float64(time.Second)))
+			if wait := time.Until(due); wait > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(wait):
+				}
+			}
+		}
+		select {
+		case jobs <- i:
+		case err = <-errc:
+			break feed
+		case <-ctx.Done():
+			err = ctx.Err()
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errc:
+		default:
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("placing orders: %w", err)
+	}
+	return nil
+}
+
+// customerNames gives the demo's customers; some need HTML escaping.
+var customerNames = []string{"Ada Lovelace", "Grace Hopper", "Alan Turing", "Zoë <b>O'Brien</b> & Co", "Edsger Dijkstra",
+	"Barbara Liskov", "Ken Thompson", "Margaret Hamilton", "Dennis Ritchie", "Radia Perlman"}
+
+func (d *run) placeOrder(ctx context.Context, client *shop.Client, i int) error {
+	o, err := client.Create(ctx, shop.NewOrder{
+		Customer: shop.Customer{Name: customerNames[i%len(customerNames)], Email: fmt.Sprintf("customer%d@example.com", i)},
+		Items: []shop.Item{
+			{Name: "Outbox pattern handbook", Qty: 1 + i%3, Price: "24.90"},
+			{Name: "Herald sticker", Qty: 2, Price: "1.5"},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if d.opts.rejected(i) {
+		d.hook.reject(o.ID)
+	}
+	if _, err := client.Pay(ctx, o.ID); err != nil {
+		return err
+	}
+	d.paid.Add(1)
+	return nil
+}
+
+// waitFor polls the outbox until done holds.
+func (d *run) waitFor(ctx context.Context, what string, done func(deadletter.Totals) bool) error {
+	for {
+		t, err := d.dead.Totals(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if done(t) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s (%d pending, %d dead): %w", what, t.Pending, t.Dead, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// routed returns how many committed events each sink should receive.
+func (d *run) routed() map[string]int {
+	d.commitMu.Lock()
+	defer d.commitMu.Unlock()
+	out := map[string]int{}
+	for _, topic := range d.topics {
+		for _, s := range sinksOf(topic) {
+			out[s]++
+		}
+	}
+	return out
+}
+
+// sinksOf is the demo's routing table.
+func sinksOf(topic string) []string {
+	switch {
+	case relay.MatchTopic("orders.*", topic):
+		return []string{SinkNATS, SinkWebhook}
+	case relay.MatchTopic("email.*", topic):
+		return []string{SinkEmail}
+	}
+	return nil
+}
+
+func (d *run) peers() map[string]*arrivals {
+	return map[string]*arrivals{SinkNATS: d.nats.got, SinkWebhook: d.hook.got, SinkEmail: d.mail.got}
+}
+
+// allArrived reports whether every sink's peer has every event routed to it.
+func (d *run) allArrived() bool {
+	routed := d.routed()
+	for name, a := range d.peers() {
+		if n, _ := a.count(); n < routed[name] {
+			return false
+		}
+	}
+	return true
+}
