@@ -62,17 +62,30 @@ type sinkBatch struct {
 	spans   []trace.Span // spans[i] traces events[i]; nil when tracing is off
 }
 
-// sinkState is a sink and whether it is paused because it is down.
+// sinkState is a sink shared by a relay's workers: Publish calls are
+// serialised (a sink never sees two at once), and whether it is paused
+// because it is down.
 type sinkState struct {
 	sinks.Sink
-	name        string
+	name      string
+	publishMu sync.Mutex
+
+	mu          sync.Mutex // guards failures and pausedUntil
 	failures    int
 	pausedUntil time.Time
+}
+
+// pausedTill returns until when the sink is paused (zero when it is not).
+func (s *sinkState) pausedTill() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pausedUntil
 }
 
 // batch carries one claimed batch through plan, publish and settle.
 type batch struct {
 	r      *Relay
+	w      *worker
 	now    time.Time
 	rows   []row
 	plans  []rowPlan
@@ -81,8 +94,8 @@ type batch struct {
 	counts struct{ done, retried, dead, parked, paused int }
 }
 
-func (r *Relay) newBatch(rows []row, now time.Time) *batch {
-	return &batch{r: r, now: now, rows: rows, plans: make([]rowPlan, len(rows)), sinks: map[*sinkState]*sinkBatch{}}
+func (w *worker) newBatch(rows []row, now time.Time) *batch {
+	return &batch{r: w.r, w: w, now: now, rows: rows, plans: make([]rowPlan, len(rows)), sinks: map[*sinkState]*sinkBatch{}}
 }
 
 // plan decides, in seq order, which sink gets which event now. An event is
@@ -146,8 +159,8 @@ func (b *batch) plan() {
 				}
 				continue
 			}
-			if rt.state.pausedUntil.After(b.now) {
-				t.status, t.until = tPaused, rt.state.pausedUntil
+			if until := rt.state.pausedTill(); until.After(b.now) {
+				t.status, t.until = tPaused, until
 				t.err = fmt.Errorf("sink %s is paused after failing as a whole", rt.state.name)
 				if rw.key != "" {
 					blocked[ks] = t.until
@@ -222,6 +235,8 @@ func publishSafely(ctx context.Context, s *sinkState, events []sinks.Event) (res
 			results = sinks.Fill(len(events), fmt.Errorf("sink %s panicked: %v", s.name, p))
 		}
 	}()
+	s.publishMu.Lock()
+	defer s.publishMu.Unlock()
 	results = s.Publish(ctx, events)
 	if len(results) != len(events) {
 		return sinks.Fill(len(events), fmt.Errorf("sink %s returned %d results for %d events", s.name, len(results), len(events)))
@@ -267,7 +282,7 @@ func (b *batch) settle() {
 			if err == nil {
 				t.status = tDone
 				b.r.cfg.Observer.Published(t.sink.name, rw.topic, b.now.Sub(rw.createdAt))
-				b.r.countPublished(t.sink.name, rw.topic, b.now)
+				b.w.countPublished(t.sink.name, rw.topic, b.now)
 				continue
 			}
 			if until, ok := failedHead[ks]; ok && rw.key != "" {
@@ -278,7 +293,7 @@ func (b *batch) settle() {
 			}
 			switch {
 			case sinks.IsUnavailable(err):
-				t.status, t.until, t.err = tPaused, t.sink.pausedUntil, err
+				t.status, t.until, t.err = tPaused, t.sink.pausedTill(), err
 			case errors.Is(err, sinks.ErrSkipped):
 				t.status, t.until = tParked, b.now
 			case sinks.IsPermanent(err):

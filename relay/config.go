@@ -28,6 +28,10 @@ type Config struct {
 	Owner string
 	// BatchSize is the most events claimed per round trip. Defaults to 500.
 	BatchSize int
+	// Workers is the number of claim loops in this relay. Each leases its
+	// own share of the lanes, so their database round trips overlap; they
+	// share the sinks. Defaults to 2.
+	Workers int
 	// Lease is how long claimed events and lanes stay reserved to this relay
 	// without renewal; a crashed relay's work is taken over after it.
 	// Defaults to 30 seconds.
@@ -204,6 +208,9 @@ func (c Config) WithDefaults() Config {
 	if c.BatchSize == 0 {
 		c.BatchSize = 500
 	}
+	if c.Workers == 0 {
+		c.Workers = 2
+	}
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
 	}
@@ -242,6 +249,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.BatchSize < 1 || c.BatchSize > 10000:
 		return fmt.Errorf("relay.batch_size: must be between 1 and 10000, got %d", c.BatchSize)
+	case c.Workers < 1 || c.Workers > 64:
+		return fmt.Errorf("relay.workers: must be between 1 and 64, got %d", c.Workers)
 	case c.Lease < time.Second:
 		return fmt.Errorf("relay.lease: must be at least 1s, got %s", c.Lease)
 	case c.PollInterval <= 0:

@@ -340,7 +340,7 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 	// A relay claims the batch (and all lanes) and dies before recording.
 	ctx := context.Background()
 	dead := newStore(b.pool, b.tables, "crashed-relay")
-	if _, err := dead.refreshLanes(ctx, 2*time.Second); err != nil {
+	if _, _, err := dead.refreshLanes(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := dead.claim(ctx, ^uint64(0), 10, 2*time.Second, nil)
@@ -491,4 +491,33 @@ func seqsInOrder(got []received) []int64 {
 		out[i] = g.seq
 	}
 	return out
+}
+
+// TestTakeoverWaitsForTheDeadOwnersLeases: a relay renews its lanes, claims
+// a key's event half a lease later and dies. Its lanes expire before that
+// event's lease does; the relay taking the lanes over must not publish the
+// key's newer events until the old lease has expired and the older event
+// is delivered first.
+func TestTakeoverWaitsForTheDeadOwnersLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const lease = 2 * time.Second
+	dead := newStore(b.pool, b.tables, "dead-relay")
+	if _, _, err := dead.refreshLanes(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lease / 2)
+	first := b.insert(t, ev{topic: "t", key: "k"})
+	if rows, err := dead.claim(ctx, ^uint64(0), 10, lease, nil); err != nil || len(rows) != 1 {
+		t.Fatalf("dead relay claimed %d rows: %v", len(rows), err)
+	}
+	second := b.insert(t, ev{topic: "t", key: "k"})
+	cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+	cfg.Lease = lease
+	b.start(t, cfg)
+	waitFor(t, 10*time.Second, "both delivered", func() bool { return len(b.rec.all()) == 2 })
+	if got := seqsInOrder(b.rec.all()); got[0] != first[0] || got[1] != second[0] {
+		t.Fatalf("delivered %v, want %v then %v: the newer event overtook the dead relay's leased one", got, first, second)
+	}
 }

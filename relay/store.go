@@ -119,11 +119,15 @@ ON CONFLICT (owner) DO UPDATE SET heartbeat_until = excluded.heartbeat_until`,
 		liveSQL:    `SELECT count(*) FROM ` + r + ` WHERE heartbeat_until > now()`,
 		renewSQL:   `UPDATE ` + l + ` SET lease_until = now() + $2::interval WHERE owner = $1 RETURNING lane`,
 		releaseSQL: `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1 AND lane = ANY($2)`,
-		acquireSQL: `UPDATE ` + l + ` SET owner = $1, lease_until = now() + $2::interval
-WHERE lane IN (
-    SELECT lane FROM ` + l + ` WHERE owner IS NULL OR lease_until < now()
+		// Acquired lanes say whether they were taken over from an owner
+		// whose lease expired (it may have died with events leased).
+		acquireSQL: `WITH free AS (
+    SELECT lane, owner IS NOT NULL AS taken_over FROM ` + l + ` WHERE owner IS NULL OR lease_until < now()
     ORDER BY lane LIMIT $3 FOR UPDATE SKIP LOCKED
-) RETURNING lane`,
+)
+UPDATE ` + l + ` x SET owner = $1, lease_until = now() + $2::interval
+FROM free WHERE x.lane = free.lane
+RETURNING x.lane, free.taken_over`,
 		releaseAllSQL:    `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`,
 		unregisterSQL:    `DELETE FROM ` + r + ` WHERE owner = $1`,
 		releaseLeasesSQL: `UPDATE ` + o + ` SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = $1 AND status = 'pending'`,
@@ -388,8 +392,9 @@ func (s *store) record(ctx context.Context, o *outcome, keepDone bool) error {
 
 // refreshLanes renews this relay's heartbeat and lanes, then releases or
 // acquires lanes so that it holds a fair share (64 / live relays, rounded
-// up). It returns the lanes held as a bit mask.
-func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (uint64, error) {
+// up). It returns the lanes held, and those just taken over from an owner
+// whose lease had expired, as bit masks.
+func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, takenOver uint64, err error) {
 	b := &pgx.Batch{}
 	b.Queue(s.heartbeatSQL, s.owner, lease)
 	b.Queue(s.liveSQL)
@@ -397,7 +402,7 @@ func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (uint64, 
 	br := s.pool.SendBatch(ctx, b)
 	var live int
 	var owned []int16
-	_, err := br.Exec()
+	_, err = br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(&live)
 	}
@@ -412,32 +417,38 @@ func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (uint64, 
 		err = cerr
 	}
 	if err != nil {
-		return 0, fmt.Errorf("renewing lanes: %w", err)
+		return 0, 0, fmt.Errorf("renewing lanes: %w", err)
 	}
 	share := (laneCount + max(live, 1) - 1) / max(live, 1)
 	switch {
 	case len(owned) > share:
 		extra := owned[share:]
 		if _, err := s.pool.Exec(ctx, s.releaseSQL, s.owner, extra); err != nil {
-			return 0, fmt.Errorf("releasing lanes: %w", err)
+			return 0, 0, fmt.Errorf("releasing lanes: %w", err)
 		}
 		owned = owned[:share]
 	case len(owned) < share:
 		rows, err := s.pool.Query(ctx, s.acquireSQL, s.owner, lease, share-len(owned))
 		if err != nil {
-			return 0, fmt.Errorf("acquiring lanes: %w", err)
+			return 0, 0, fmt.Errorf("acquiring lanes: %w", err)
 		}
-		got, err := pgx.CollectRows(rows, pgx.RowTo[int16])
+		var lane int16
+		var taken bool
+		_, err = pgx.ForEachRow(rows, []any{&lane, &taken}, func() error {
+			owned = append(owned, lane)
+			if taken {
+				takenOver |= 1 << uint(lane)
+			}
+			return nil
+		})
 		if err != nil {
-			return 0, fmt.Errorf("acquiring lanes: %w", err)
+			return 0, 0, fmt.Errorf("acquiring lanes: %w", err)
 		}
-		owned = append(owned, got...)
 	}
-	var mask uint64
 	for _, l := range owned {
-		mask |= 1 << uint(l)
+		held |= 1 << uint(l)
 	}
-	return mask, nil
+	return held, takenOver, nil
 }
 
 // releaseAll gives back this relay's lanes and unfinished leases and removes

@@ -107,6 +107,7 @@ The database comes from --database-url, DATABASE_URL or database.url in
 	f.IntVar(&cfg.PayloadBytes, "payload-bytes", relaybench.DefaultPayloadBytes, "size of each event's JSON payload")
 	f.IntVar(&cfg.Relays, "relays", 1, "in-process relays, each with its own connection pool")
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, "relay.batch_size (0: the relay's default)")
+	f.IntVar(&cfg.Workers, "workers", 0, "relay.workers per relay (0: the relay's default)")
 	f.BoolVar(&cfg.PollOnly, "poll-only", false, "relay.poll_only: no LISTEN/NOTIFY")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, "relay.poll_interval (0: the relay's default)")
 	f.DurationVar(&cfg.Lease, "lease", 0, "relay.lease (0: the relay's default)")

@@ -27,6 +27,7 @@ type Result struct {
 	Schema       string `json:"schema"`
 	Relays       int    `json:"relays"`
 	BatchSize    int    `json:"batch_size"`
+	Workers      int    `json:"workers"`
 	PollOnly     bool   `json:"poll_only"`
 	Keys         int    `json:"keys"`
 	PayloadBytes int    `json:"payload_bytes"`
@@ -161,6 +162,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if r.res.BatchSize == 0 {
 		r.res.BatchSize = relay.Config{}.WithDefaults().BatchSize
 	}
+	r.res.Workers = cfg.Workers
+	if r.res.Workers == 0 {
+		r.res.Workers = relay.Config{}.WithDefaults().Workers
+	}
 
 	admin, err := newPool(ctx, cfg.DatabaseURL, 4, nil)
 	if err != nil {
@@ -288,6 +293,7 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 			Tables:          r.tables,
 			Owner:           fmt.Sprintf("bench-%s-%d", r.name, i),
 			BatchSize:       r.cfg.BatchSize,
+			Workers:         r.cfg.Workers,
 			Lease:           r.cfg.Lease,
 			PollInterval:    r.cfg.PollInterval,
 			PollOnly:        r.cfg.PollOnly,

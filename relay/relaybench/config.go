@@ -57,7 +57,9 @@ type Config struct {
 	Relays int
 	// BatchSize, PollOnly, PollInterval and Lease are passed to every
 	// relay.Config; zero values take the relay's defaults.
-	BatchSize    int
+	BatchSize int
+	// Workers is relay.Config.Workers for every relay (0: the default).
+	Workers      int
 	PollOnly     bool
 	PollInterval time.Duration
 	Lease        time.Duration

@@ -9,8 +9,8 @@ import (
 // per-batch timings, CPU, memory and the verification line.
 func (res *Result) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
-	ew.printf("mode %s, sink %s, %d relay(s), batch size %d, %s, %d-byte payloads%s\n",
-		res.Mode, res.Sink, res.Relays, res.BatchSize, keysText(res.Keys), res.PayloadBytes, pollText(res.PollOnly))
+	ew.printf("mode %s, sink %s, %d relay(s) × %d worker(s), batch size %d, %s, %d-byte payloads%s\n",
+		res.Mode, res.Sink, res.Relays, res.Workers, res.BatchSize, keysText(res.Keys), res.PayloadBytes, pollText(res.PollOnly))
 	if !res.LanesSettled {
 		ew.printf("note: the relays had not shared out the lanes when the measurement began\n")
 	}

@@ -57,6 +57,9 @@ type Relay struct {
 	Owner string `yaml:"owner"`
 	// BatchSize is the most events claimed per round trip. Defaults to 500.
 	BatchSize int `yaml:"batch_size"`
+	// Workers is the number of claim loops in this relay process, each with
+	// its own share of the lanes. Defaults to 2.
+	Workers int `yaml:"workers"`
 	// Lease is how long claimed work stays reserved. Defaults to 30s.
 	Lease time.Duration `yaml:"lease"`
 	// PollInterval is the longest idle wait between polls. Defaults to 1s.
@@ -423,6 +426,7 @@ func (f *File) relayConfig(byName map[string]sinks.Sink) relay.Config {
 		Tables:              f.Tables(),
 		Owner:               r.Owner,
 		BatchSize:           r.BatchSize,
+		Workers:             r.Workers,
 		Lease:               r.Lease,
 		PollInterval:        r.PollInterval,
 		PollOnly:            r.PollOnly,

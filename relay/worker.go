@@ -1,0 +1,290 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// A worker is one claim loop. A relay runs Config.Workers of them; each is a
+// relay of its own as far as the database is concerned (its own owner name,
+// heartbeat and fair share of the lanes), so their claims and records
+// overlap while keys stay with one worker at a time. They share the sinks,
+// whose Publish calls are serialised.
+type worker struct {
+	r     *Relay
+	index int
+	store *store
+	log   *slog.Logger
+	wake  chan struct{}
+
+	mask uint64 // lanes held
+	// lanesValidUntil: past it, the lane leases may have been taken over and
+	// keyed events must not be claimed until they are renewed.
+	lanesValidUntil time.Time
+	// quarantine holds lanes taken over from a relay whose lease expired,
+	// with the time their keyed events may be claimed: that relay may have
+	// claimed events up to 2/3 of a lease after it last renewed its lanes,
+	// so their leases outlive its lanes by as much. Claiming newer events of
+	// those keys before then would put them ahead of the leased ones.
+	quarantine map[uint]time.Time
+
+	// recording receives the result of the batch being recorded in the
+	// background; nil when none is.
+	recording chan error
+
+	// stats counts published events per minute, sink and topic, flushed to
+	// the stats table every statsEvery.
+	stats map[statKey]int64
+}
+
+const (
+	// lingerFor and lingerEvery: after finding work, look again this often
+	// for this long, catching events whose notification was debounced.
+	lingerFor   = 250 * time.Millisecond
+	lingerEvery = 5 * time.Millisecond
+	// maintainEvery spaces stale-hold cleanup and the retention cleaner.
+	maintainEvery = 10 * time.Second
+	// statsEvery spaces the flushes of published counts to the stats table.
+	statsEvery = 5 * time.Second
+)
+
+// run loops until ctx ends, then finishes its batch in flight and gives
+// back its leases and lanes.
+func (w *worker) run(ctx, work context.Context) {
+	w.loop(ctx, work)
+	if err := w.awaitRecord(); err != nil {
+		w.log.Warn("relay: last batch not recorded; it will be redelivered", "error", err)
+	}
+	w.flushStats(work)
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := w.store.releaseAll(releaseCtx); err != nil {
+		w.log.Warn("relay: could not release leases; they expire on their own", "error", err)
+	}
+}
+
+func (w *worker) loop(ctx, work context.Context) {
+	var (
+		cfg          = w.r.cfg
+		lastWork     time.Time
+		nextLanes    time.Time
+		nextMaintain = time.Now().Add(maintainEvery)
+		nextStats    = time.Now().Add(statsEvery)
+		failures     int
+		timer        = time.NewTimer(0)
+	)
+	defer timer.Stop()
+	<-timer.C
+	laneEvery := min(cfg.Lease/3, 2*time.Second)
+	for ctx.Err() == nil {
+		now := time.Now()
+		if !now.Before(nextLanes) {
+			if err := w.refreshLanes(work); err != nil {
+				w.log.Warn("relay: renewing lanes failed", "error", err)
+			}
+			nextLanes = now.Add(laneEvery)
+		}
+		if !now.Before(nextMaintain) && w.index == 0 {
+			if purged, err := w.store.maintain(work, cfg.Retention); err != nil {
+				w.log.Warn("relay: maintenance failed", "error", err)
+			} else if purged > 0 {
+				w.log.Info("relay: removed delivered events past retention", "count", purged)
+			}
+			nextMaintain = now.Add(maintainEvery)
+		}
+		if !now.Before(nextStats) {
+			w.flushStats(work)
+			nextStats = now.Add(statsEvery)
+		}
+		n, err := w.cycle(work)
+		if err != nil {
+			failures++
+			delay := min(time.Duration(failures)*100*time.Millisecond, 5*time.Second)
+			w.log.Warn("relay: cycle failed; retrying", "error", err, "retry_in", delay)
+			if !sleep(ctx, delay) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		if n > 0 {
+			lastWork = time.Now()
+			continue
+		}
+		wait := cfg.PollInterval
+		if time.Since(lastWork) < lingerFor {
+			wait = min(wait, lingerEvery)
+		}
+		wait = min(wait, time.Until(nextLanes), time.Until(nextStats))
+		if w.index == 0 {
+			wait = min(wait, time.Until(nextMaintain))
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case <-ctx.Done():
+		case <-w.wake:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+func (w *worker) refreshLanes(ctx context.Context) error {
+	start := time.Now()
+	mask, takenOver, err := w.store.refreshLanes(ctx, w.r.cfg.Lease)
+	if err != nil {
+		return err
+	}
+	for lane := range uint(laneCount) {
+		if takenOver&(1<<lane) != 0 {
+			if w.quarantine == nil {
+				w.quarantine = map[uint]time.Time{}
+			}
+			w.quarantine[lane] = start.Add(w.r.cfg.Lease * 2 / 3)
+			w.log.Info("relay: took over a lane from a relay whose lease expired; waiting for its leases",
+				"lane", lane, "until", w.quarantine[lane])
+		}
+	}
+	if mask != w.mask {
+		w.log.Debug("relay: lanes changed", "held", popcount(mask))
+	}
+	w.mask = mask
+	// Leases were renewed at or after start; trust them for most of a lease.
+	w.lanesValidUntil = start.Add(w.r.cfg.Lease * 2 / 3)
+	return nil
+}
+
+func popcount(m uint64) int {
+	n := 0
+	for ; m != 0; m &= m - 1 {
+		n++
+	}
+	return n
+}
+
+// claimableLanes is the mask of lanes whose keyed events may be claimed now.
+func (w *worker) claimableLanes(now time.Time) uint64 {
+	if now.After(w.lanesValidUntil) {
+		return 0 // lane leases may have lapsed: only events without a key
+	}
+	mask := w.mask
+	for lane, until := range w.quarantine {
+		if now.Before(until) {
+			mask &^= 1 << lane
+		} else {
+			delete(w.quarantine, lane)
+		}
+	}
+	return mask
+}
+
+// cycle claims one batch, publishes it and records the outcome. It returns
+// the number of events claimed.
+func (w *worker) cycle(ctx context.Context) (int, error) {
+	cfg := w.r.cfg
+	mask := w.claimableLanes(time.Now())
+	start := time.Now()
+	rows, err := w.store.claim(ctx, mask, cfg.BatchSize, cfg.Lease, w.r.sinkNames)
+	if err != nil {
+		return 0, err
+	}
+	cfg.Observer.Claimed(len(rows), time.Since(start))
+	if len(rows) == 0 {
+		return 0, w.awaitRecord()
+	}
+	leaseEnd := start.Add(cfg.Lease)
+
+	b := w.newBatch(rows, time.Now())
+	b.plan()
+	pubCtx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
+	b.publish(pubCtx)
+	cancel()
+	b.now = time.Now()
+	b.settle()
+	o := b.outcome()
+	if b.counts.retried+b.counts.dead+b.counts.paused > 0 {
+		w.log.Debug("relay: batch settled", "claimed", len(rows), "done", b.counts.done,
+			"retried", b.counts.retried, "dead", b.counts.dead, "parked", b.counts.parked, "paused", b.counts.paused)
+	}
+
+	// The previous batch's record must be in before this one's.
+	if err := w.awaitRecord(); err != nil {
+		return len(rows), err
+	}
+	if o.onlyDone() {
+		// Nothing in this outcome affects what the next claim may take (no
+		// holds, no retry times; these rows stay leased until deleted), so
+		// the DELETE runs while the next batch is claimed and published.
+		w.recording = make(chan error, 1)
+		go func() { w.recording <- w.record(ctx, o, leaseEnd, len(rows)) }()
+		return len(rows), nil
+	}
+	return len(rows), w.record(ctx, o, leaseEnd, len(rows))
+}
+
+// awaitRecord waits for the batch being recorded in the background, if any.
+func (w *worker) awaitRecord() error {
+	if w.recording == nil {
+		return nil
+	}
+	err := <-w.recording
+	w.recording = nil
+	return err
+}
+
+// record writes a batch's outcome. A passing database failure must not lose
+// it: it is retried until the batch's lease would run out (after that,
+// another relay delivers the events again).
+func (w *worker) record(ctx context.Context, o *outcome, leaseEnd time.Time, n int) error {
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
+		if err == nil {
+			w.r.cfg.Observer.Recorded(n, time.Since(start))
+			return nil
+		}
+		delay := min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)
+		if time.Now().Add(delay).After(leaseEnd) || ctx.Err() != nil {
+			return fmt.Errorf("recording batch of %d events (they will be redelivered after their lease): %w", n, err)
+		}
+		w.log.Warn("relay: recording failed; retrying", "error", err, "attempt", attempt)
+		if !sleep(ctx, delay) {
+			return fmt.Errorf("recording batch of %d events: %w", n, err)
+		}
+	}
+}
+
+// statKey is one row of the stats table.
+type statKey struct {
+	minute      time.Time
+	sink, topic string
+}
+
+// countPublished adds one published event to the in-memory counts.
+func (w *worker) countPublished(sink, topic string, at time.Time) {
+	w.stats[statKey{at.UTC().Truncate(time.Minute), sink, topic}]++
+}
+
+// flushStats adds the in-memory counts to the stats table and removes rows
+// older than a day. Counts that could not be written are kept for the next
+// flush.
+func (w *worker) flushStats(ctx context.Context) {
+	if len(w.stats) == 0 {
+		return
+	}
+	if err := w.store.flushStats(ctx, w.stats); err != nil {
+		w.log.Warn("relay: writing published counts failed; will retry", "error", err)
+		if len(w.stats) > 100000 {
+			clear(w.stats) // bounded memory while the database is away
+		}
+		return
+	}
+	clear(w.stats)
+}
