@@ -218,6 +218,7 @@ relay:
   shutdown_timeout: 5s
 %s
 log: {level: info, format: json}
+admin: {listen: "127.0.0.1:0"}
 sinks:
   - name: console
     type: stdout

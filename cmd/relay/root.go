@@ -42,5 +42,7 @@ configuration errors.`,
 	root.AddCommand(newVersionCommand())
 	root.AddCommand(newDemoCommand(g))
 	root.AddCommand(newBenchCommand(g))
+	root.AddCommand(newStatusCommand(g))
+	root.AddCommand(newDLQCommand(g))
 	return root
 }

@@ -76,11 +76,19 @@ func (s *setup) run(ctx context.Context) error {
 		return built.Close(closeCtx)
 	}
 	built.Config.Tables = s.tables
+	ops, err := s.startOperations(ctx, pool, &built.Config)
+	if err != nil {
+		return runtimeError(errors.Join(err, closeSinks()))
+	}
 	r, err := relay.New(pool, built.Config)
 	if err != nil {
-		return runtimeError(errors.Join(fmt.Errorf("starting the relay: %w", err), closeSinks()))
+		return runtimeError(errors.Join(fmt.Errorf("starting the relay: %w", err), ops.stop(ctx), closeSinks()))
 	}
+	ops.serve(ctx, r)
 	runErr := r.Run(ctx)
+	if err := ops.stop(ctx); err != nil {
+		s.logger.Warn("relay: stopping the admin server and tracing", "error", err)
+	}
 	if err := closeSinks(); err != nil {
 		s.logger.Error("relay: closing sinks", "error", err)
 		if runErr == nil {

@@ -158,6 +158,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
+// Logger returns the logger the server writes to.
+func (s *Server) Logger() *slog.Logger { return s.log }
+
 // Handler returns the server's routes.
 func (s *Server) Handler() http.Handler { return s.mux }
 

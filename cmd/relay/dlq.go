@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/relay/deadletter"
+)
+
+func newDLQCommand(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "List, show, replay and purge dead-lettered events",
+		Long: `List, show, replay and purge dead-lettered events (status dead).
+
+Filters select events by --topic (a pattern: * matches any run of
+characters), --key, --sink (failed for good on that sink), --error (a
+substring of the last error, any case) and --since/--until (when the event
+died: an RFC 3339 time, or a duration meaning that long ago, e.g. 24h).
+
+Every command walks the dead letters in batches of 1,000 rows, each its own
+short transaction, so it works on any number of them.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newDLQListCommand(g), newDLQShowCommand(g), newDLQReplayCommand(g), newDLQPurgeCommand(g))
+	return cmd
+}
+
+// filterFlags are the dead-letter filters the dlq commands share.
+type filterFlags struct {
+	ids                           []string
+	topic, key, sink, errContains string
+	since, until                  string
+	olderThan                     time.Duration
+}
+
+func (f *filterFlags) register(fs *pflag.FlagSet, withIDs, withOlderThan bool) {
+	if withIDs {
+		fs.StringArrayVar(&f.ids, "id", nil, "event id (repeatable)")
+	}
+	fs.StringVar(&f.topic, "topic", "", "topic pattern (* matches any run of characters)")
+	fs.StringVar(&f.key, "key", "", "event key")
+	fs.StringVar(&f.sink, "sink", "", "sink the event failed on for good")
+	fs.StringVar(&f.errContains, "error", "", "substring of the last error (any case)")
+	fs.StringVar(&f.since, "since", "", "died at or after: RFC 3339 time or a duration ago (24h)")
+	fs.StringVar(&f.until, "until", "", "died before: RFC 3339 time or a duration ago (1h)")
+	if withOlderThan {
+		fs.DurationVar(&f.olderThan, "older-than", 0, "died more than this long ago (e.g. 720h)")
+	}
+}
+
+// filter returns the deadletter filter; errors are usage errors.
+func (f *filterFlags) filter(now time.Time) (deadletter.Filter, error) {
+	out := deadletter.Filter{IDs: f.ids, Topic: f.topic, Key: f.key, Sink: f.sink, Error: f.errContains, OlderThan: f.olderThan}
+	var err error
+	if out.Since, err = parseWhen("--since", f.since, now); err != nil {
+		return out, usageError(err)
+	}
+	if out.Until, err = parseWhen("--until", f.until, now); err != nil {
+		return out, usageError(err)
+	}
+	if f.olderThan < 0 {
+		return out, usageError(fmt.Errorf("--older-than: must not be negative, got %s", f.olderThan))
+	}
+	if err := out.Validate(); err != nil {
+		var ie *deadletter.InputError
+		if errors.As(err, &ie) {
+			return out, usageError(fmt.Errorf("--%s: %s", strings.ReplaceAll(ie.Field, "_", "-"), ie.Reason))
+		}
+		return out, usageError(err)
+	}
+	return out, nil
+}
+
+// parseWhen reads an RFC 3339 time or a duration before now.
+func parseWhen(flag, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%s: %q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration ago (24h)", flag, v)
+}
+
+// selection checks that a replay or purge selects something explicitly.
+func selection(f deadletter.Filter, all bool) error {
+	switch {
+	case all && !f.IsZero():
+		return usageError(errors.New("--all: cannot be combined with --id or filters"))
+	case !all && f.IsZero():
+		return usageError(errors.New("select events with --id, a filter (--topic, --key, --sink, --error, --since, --until, --older-than) or --all"))
+	}
+	return nil
+}
+
+// deadLetters connects and returns the store of the selected tables, and a
+// function releasing the connection.
+func (g *globalFlags) deadLetters(cmd *cobra.Command) (*setup, *deadletter.Store, func(), error) {
+	s, err := g.load(false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, err := s.connect(cmd.Context())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := migrations.Check(cmd.Context(), pool, s.tables); err != nil {
+		pool.Close()
+		return nil, nil, nil, runtimeError(s.scrub(err))
+	}
+	store, err := deadletter.New(pool, s.tables)
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, usageError(err)
+	}
+	return s, store, pool.Close, nil
+}
+
+// confirm asks question on out and reads the answer from in. Without a
+// terminal it refuses: a script must say --yes.
+func confirm(in io.Reader, terminal bool, out io.Writer, question string) error {
+	if !terminal {
+		return usageError(fmt.Errorf("%s: standard input is not a terminal to confirm on; pass --yes", question))
+	}
+	fmt.Fprintf(out, "%s [y/N] ", question)
+	answer, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && answer == "" {
+		return usageError(fmt.Errorf("%s: no answer (%v); nothing changed", question, err))
+	}
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return nil
+	}
+	return usageError(errors.New("not confirmed; nothing changed"))
+}
+
+// progress prints running totals to w at most once a second (and always
+// the last), for operations on many rows.
+type progress struct {
+	w     io.Writer
+	verb  string
+	total int64
+	last  time.Time
+	start time.Time
+}
+
+func newProgress(w io.Writer, verb string, total int64) *progress {
+	return &progress{w: w, verb: verb, total: total, start: time.Now()}
+}
+
+func (p *progress) report(done int64) {
+	if done < p.total && time.Since(p.last) < time.Second {
+		return
+	}
+	p.last = time.Now()
+	if p.total > 0 {
+		fmt.Fprintf(p.w, "%s %d/%d events (%.0f%%, %s)\n", p.verb, done, p.total, 100*float64(done)/float64(p.total), time.Since(p.start).Round(time.Millisecond))
+		return
+	}
+	fmt.Fprintf(p.w, "%s %d events (%s)\n", p.verb, done, time.Since(p.start).Round(time.Millisecond))
+}
+
+// deadLetterWriter prints dead letters as a table or a JSON array, one at a
+// time: memory does not grow with their number.
+type deadLetterWriter struct {
+	w        io.Writer
+	json     bool
+	n        int
+	progress *progress
+}
+
+func (d *deadLetterWriter) write(dl deadletter.DeadLetter) error {
+	if d.json {
+		b, err := json.Marshal(dl)
+		if err != nil {
+			return err
+		}
+		sep := ",\n"
+		if d.n == 0 {
+			sep = "[\n"
+		}
+		if _, err := fmt.Fprintf(d.w, "%s%s", sep, b); err != nil {
+			return err
+		}
+	} else {
+		if d.n == 0 {
+			fmt.Fprintf(d.w, "%-36s  %-24s  %-16s  %-20s  %4s  %-16s  %s\n", "ID", "TOPIC", "KEY", "DIED AT", "ATT", "DEAD ON", "LAST ERROR")
+		}
+		if _, err := fmt.Fprintf(d.w, "%-36s  %-24s  %-16s  %-20s  %4d  %-16s  %s\n", dl.ID, cell(dl.Topic, 24), cell(dl.Key, 16),
+			dl.DiedAt.UTC().Format(time.RFC3339), dl.Attempts, cell(strings.Join(dl.DeadSinks, ","), 16), cell(dl.LastError, 100)); err != nil {
+			return err
+		}
+	}
+	d.n++
+	if d.progress != nil && d.n%10000 == 0 {
+		d.progress.report(int64(d.n))
+	}
+	return nil
+}
+
+// finish closes the JSON array (an empty one when nothing was written).
+func (d *deadLetterWriter) finish() error {
+	if !d.json {
+		return nil
+	}
+	var err error
+	if d.n == 0 {
+		_, err = fmt.Fprintln(d.w, "[]")
+	} else {
+		_, err = fmt.Fprintln(d.w, "\n]")
+	}
+	return err
+}
+
+// cell fits s on one line of at most n characters.
+func cell(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return "-"
+	}
+	r := []rune(s)
+	if len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// listAll writes every dead letter matching f (a dry run's "what would
+// change"), with progress on errOut.
+func listAll(ctx context.Context, store *deadletter.Store, f deadletter.Filter, out, errOut io.Writer, asJSON bool, total int64) error {
+	dw := &deadLetterWriter{w: out, json: asJSON, progress: newProgress(errOut, "listed", total)}
+	if err := store.List(ctx, f, deadletter.ListOpts{}, dw.write); err != nil {
+		return err
+	}
+	return dw.finish()
+}
