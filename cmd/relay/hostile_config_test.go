@@ -81,6 +81,7 @@ func TestWeirdSchemaName(t *testing.T) {
 database: {url: %q, schema: %q, table: "Out Box"}
 relay: {poll_interval: 100ms, shutdown_timeout: 5s}
 log: {level: info, format: json}
+admin: {listen: "127.0.0.1:0"}
 sinks: [{name: console, type: stdout}]
 routes: [{topics: ["*"], sinks: [console]}]
 `, url, s))
