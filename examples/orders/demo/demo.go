@@ -83,8 +83,9 @@ type Options struct {
 	// Rate is the orders placed per second. Defaults to 100; negative means
 	// as fast as possible.
 	Rate float64
-	// Outage is how long the webhook answers 503. Defaults to 3s (1s when
-	// Short); negative means no outage.
+	// Outage is how long the webhook answers 503, from the first request it
+	// fails; it starts once a fifth of the orders are paid. Defaults to 3s
+	// (1s when Short); negative means no outage.
 	Outage time.Duration
 	// RejectEvery makes the webhook refuse the orders.paid event of every
 	// RejectEvery-th order (the 17th, then every RejectEvery after it) until
@@ -439,6 +440,15 @@ func (d *run) drive(ctx context.Context) error {
 		}
 		d.hook.outage.Store(true)
 		d.phase.Store("webhook outage (503)")
+		// The outage lasts opts.Outage from the first request it fails, so
+		// that it shows even when the relay lags behind (a loaded machine).
+		for d.hook.unavailable.Load() == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(d.opts.Outage):
