@@ -120,7 +120,6 @@ func TestHostileEvents(t *testing.T) {
 database: {url: %q, schema: %s}
 relay: {lease: 5s, poll_interval: 100ms, shutdown_timeout: 5s, max_attempts: 3, backoff: {initial: 50ms, max: 200ms}}
 log: {level: info, format: json}
-admin: {listen: ""}
 admin: {listen: "127.0.0.1:0"}
 sinks:
   - {name: hook, type: webhook, url: %q, timeout: 5s, max_body_bytes: 4096}
@@ -218,7 +217,6 @@ func TestSinkDownIsPausedNotDead(t *testing.T) {
 database: {url: %q, schema: %s}
 relay: {lease: 5s, poll_interval: 100ms, shutdown_timeout: 5s, max_attempts: 2, sink_pause: {initial: 100ms, max: 300ms}}
 log: {level: info, format: json}
-admin: {listen: ""}
 admin: {listen: "127.0.0.1:0"}
 sinks:
   - {name: bus, type: nats, url: %q, token: %q, ack_timeout: 2s}
@@ -333,7 +331,6 @@ func TestNATSMaxPayload(t *testing.T) {
 database: {url: %q, schema: %s}
 relay: {lease: 5s, poll_interval: 100ms, shutdown_timeout: 5s}
 log: {level: info, format: json}
-admin: {listen: ""}
 admin: {listen: "127.0.0.1:0"}
 sinks: [{name: bus, type: nats, url: %q}]
 routes: [{topics: ["*"], sinks: [{name: bus, destination: %q}]}]
@@ -380,7 +377,6 @@ func TestSecretsNeverPrinted(t *testing.T) {
 database: {url: %q, schema: %s}
 relay: {lease: 5s, poll_interval: 100ms, shutdown_timeout: 5s, sink_pause: {initial: 100ms, max: 300ms}}
 log: {level: debug, format: json}
-admin: {listen: ""}
 admin: {listen: "127.0.0.1:0"}
 sinks:
   - {name: hook, type: webhook, url: "http://127.0.0.1:1/hook", secret: %q, headers: {Authorization: %q}, timeout: 1s}
