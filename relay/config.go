@@ -26,7 +26,7 @@ type Config struct {
 	Tables migrations.Tables
 	// Owner identifies this relay in leases. Defaults to host-pid-random.
 	Owner string
-	// BatchSize is the most events claimed per round trip. Defaults to 500.
+	// BatchSize is the most events claimed per round trip. Defaults to 1000.
 	BatchSize int
 	// Workers is the number of claim loops in this relay. Each leases its
 	// own share of the lanes, so their database round trips overlap; they
@@ -206,7 +206,7 @@ func (c Config) WithDefaults() Config {
 		c.Owner = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16))
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 500
+		c.BatchSize = 1000
 	}
 	if c.Workers == 0 {
 		c.Workers = 2

@@ -55,7 +55,7 @@ type Database struct {
 type Relay struct {
 	// Owner identifies this relay in leases. Defaults to host-pid-random.
 	Owner string `yaml:"owner"`
-	// BatchSize is the most events claimed per round trip. Defaults to 500.
+	// BatchSize is the most events claimed per round trip. Defaults to 1000.
 	BatchSize int `yaml:"batch_size"`
 	// Workers is the number of claim loops in this relay process, each with
 	// its own share of the lanes. Defaults to 2.

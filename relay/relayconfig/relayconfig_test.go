@@ -135,7 +135,7 @@ routes: [{topics: ["*"], sinks: [console]}]
 	}
 	defer b.Close(context.Background())
 	c := b.Config.WithDefaults()
-	if c.BatchSize != 500 || c.Lease != 30*time.Second || c.Backoff.Jitter != 0.2 || c.Backoff.Max != 10*time.Minute {
+	if c.BatchSize != 1000 || c.Lease != 30*time.Second || c.Backoff.Jitter != 0.2 || c.Backoff.Max != 10*time.Minute {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 }
