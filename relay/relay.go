@@ -67,12 +67,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			owner = fmt.Sprintf("%s/%d", cfg.Owner, i)
 		}
 		r.workers = append(r.workers, &worker{
-			r:     r,
-			index: i,
-			store: newStore(pool, cfg.Tables, owner),
-			log:   cfg.Logger.With("relay", owner),
-			wake:  make(chan struct{}, 1),
-			stats: map[statKey]int64{},
+			r:      r,
+			index:  i,
+			store:  newStore(pool, cfg.Tables, owner),
+			log:    cfg.Logger.With("relay", owner),
+			wake:   make(chan struct{}, 1),
+			relane: make(chan struct{}, 1),
+			stats:  map[statKey]int64{},
 		})
 	}
 	if cfg.TracerProvider != nil {
@@ -221,6 +222,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay: started", "tables", r.cfg.Tables.Outbox(), "workers", len(r.workers),
 		"batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease, "poll_only", r.cfg.PollOnly)
 
+	// Announce every worker before any takes lanes, so that the first
+	// fair share already counts them all.
+	for _, w := range r.workers {
+		if err := w.store.heartbeat(ctx, r.cfg.Lease); err != nil {
+			r.log.Warn("relay: announcing worker failed; it will retry", "error", err)
+		}
+	}
 	var working sync.WaitGroup
 	for _, w := range r.workers {
 		working.Add(1)
@@ -283,6 +291,18 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 			return err
 		}
 		r.signal()
+	}
+}
+
+// relaneSiblings asks the other workers to refresh their lanes now.
+func (r *Relay) relaneSiblings(from *worker) {
+	for _, w := range r.workers {
+		if w != from {
+			select {
+			case w.relane <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 

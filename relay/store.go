@@ -451,6 +451,14 @@ func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, ta
 	return held, takenOver, nil
 }
 
+// heartbeat announces this relay as live until lease from now.
+func (s *store) heartbeat(ctx context.Context, lease time.Duration) error {
+	if _, err := s.pool.Exec(ctx, s.heartbeatSQL, s.owner, lease); err != nil {
+		return fmt.Errorf("announcing relay %s: %w", s.owner, err)
+	}
+	return nil
+}
+
 // releaseAll gives back this relay's lanes and unfinished leases and removes
 // its heartbeat: other relays take over at once instead of after the lease.
 func (s *store) releaseAll(ctx context.Context) error {

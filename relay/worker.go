@@ -18,6 +18,9 @@ type worker struct {
 	store *store
 	log   *slog.Logger
 	wake  chan struct{}
+	// relane asks the worker to refresh its lanes now: a sibling released
+	// lanes that it may take.
+	relane chan struct{}
 
 	mask uint64 // lanes held
 	// lanesValidUntil: past it, the lane leases may have been taken over and
@@ -79,6 +82,11 @@ func (w *worker) loop(ctx, work context.Context) {
 	<-timer.C
 	laneEvery := min(cfg.Lease/3, 2*time.Second)
 	for ctx.Err() == nil {
+		select {
+		case <-w.relane:
+			nextLanes = time.Time{}
+		default:
+		}
 		now := time.Now()
 		if !now.Before(nextLanes) {
 			if err := w.refreshLanes(work); err != nil {
@@ -125,6 +133,8 @@ func (w *worker) loop(ctx, work context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-w.wake:
+		case <-w.relane:
+			nextLanes = time.Time{}
 		case <-timer.C:
 		}
 		if !timer.Stop() {
@@ -141,6 +151,11 @@ func (w *worker) refreshLanes(ctx context.Context) error {
 	mask, takenOver, err := w.store.refreshLanes(ctx, w.r.cfg.Lease)
 	if err != nil {
 		return err
+	}
+	if w.mask&^mask != 0 {
+		// Lanes given up (a fair share shrank): siblings may take them now
+		// rather than at their next refresh.
+		w.r.relaneSiblings(w)
 	}
 	for lane := range uint(laneCount) {
 		if takenOver&(1<<lane) != 0 {
