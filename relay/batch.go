@@ -67,8 +67,11 @@ type sinkBatch struct {
 // because it is down.
 type sinkState struct {
 	sinks.Sink
-	name      string
-	publishMu sync.Mutex
+	name string
+	// concurrent sinks (sinks.ConcurrentPublisher) are called by several
+	// workers at once; the others take turns under publishMu.
+	concurrent bool
+	publishMu  sync.Mutex
 
 	mu          sync.Mutex // guards failures and pausedUntil
 	failures    int
@@ -235,8 +238,10 @@ func publishSafely(ctx context.Context, s *sinkState, events []sinks.Event) (res
 			results = sinks.Fill(len(events), fmt.Errorf("sink %s panicked: %v", s.name, p))
 		}
 	}()
-	s.publishMu.Lock()
-	defer s.publishMu.Unlock()
+	if !s.concurrent {
+		s.publishMu.Lock()
+		defer s.publishMu.Unlock()
+	}
 	results = s.Publish(ctx, events)
 	if len(results) != len(events) {
 		return sinks.Fill(len(events), fmt.Errorf("sink %s returned %d results for %d events", s.name, len(results), len(events)))

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/sinks"
 )
 
 // Relay claims, publishes and records outbox events. Create it with New and
@@ -86,6 +87,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			st := states[t.Sink.Name()]
 			if st == nil {
 				st = &sinkState{Sink: t.Sink, name: t.Sink.Name()}
+				if c, ok := t.Sink.(sinks.ConcurrentPublisher); ok {
+					st.concurrent = c.PublishesConcurrently()
+				}
 				states[st.name] = st
 				r.sinkNames = append(r.sinkNames, st.name)
 			}

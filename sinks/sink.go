@@ -48,13 +48,23 @@ type Event struct {
 // reordered, and once one of them fails, the later ones of that key in the
 // same call must not be delivered: report them failed too (ErrSkipped).
 // Publish must honour ctx's deadline. The relay never calls Publish
-// concurrently on one Sink.
+// concurrently on one Sink, unless it implements ConcurrentPublisher.
 //
 // Close flushes anything buffered and releases connections.
 type Sink interface {
 	Name() string
 	Publish(ctx context.Context, events []Event) []error
 	Close(ctx context.Context) error
+}
+
+// ConcurrentPublisher is implemented by a Sink whose Publish may run in
+// several goroutines at once, each call with its own events. The relay's
+// workers then publish in parallel instead of taking turns. Calls that run
+// at the same time never carry events of the same key.
+type ConcurrentPublisher interface {
+	Sink
+	// PublishesConcurrently reports whether concurrent Publish calls are safe.
+	PublishesConcurrently() bool
 }
 
 // ErrSkipped is reported for an event a sink did not try because an earlier

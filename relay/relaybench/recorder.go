@@ -51,6 +51,13 @@ type Recorder struct {
 	rec *Recording
 }
 
+// PublishesConcurrently implements sinks.ConcurrentPublisher by asking the
+// wrapped sink (the recording itself is guarded by its mutex).
+func (r *Recorder) PublishesConcurrently() bool {
+	c, ok := r.Sink.(sinks.ConcurrentPublisher)
+	return ok && c.PublishesConcurrently()
+}
+
 // Publish implements sinks.Sink: it publishes through the wrapped sink and
 // records the acknowledged events, stamped with the time Publish returned.
 func (r *Recorder) Publish(ctx context.Context, events []sinks.Event) []error {

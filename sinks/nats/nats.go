@@ -169,6 +169,11 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 // Name returns the sink's name.
 func (s *Sink) Name() string { return s.name }
 
+// PublishesConcurrently implements sinks.ConcurrentPublisher: each Publish
+// call keeps its state to itself, the connection and the stream cache are
+// guarded, and nats.go publishes from any goroutine.
+func (s *Sink) PublishesConcurrently() bool { return true }
+
 func (s *Sink) onDisconnect(nc *natsgo.Conn, err error) {
 	if err != nil {
 		s.logger.Warn("nats sink: disconnected", "sink", s.name, "error", err)
