@@ -521,3 +521,36 @@ func TestTakeoverWaitsForTheDeadOwnersLeases(t *testing.T) {
 		t.Fatalf("delivered %v, want %v then %v: the newer event overtook the dead relay's leased one", got, first, second)
 	}
 }
+
+// TestRelayVacuumsItsTable: every delivered event leaves a dead tuple that
+// the claim walks past until a vacuum removes it. With autovacuum off (as on
+// some servers) or behind, the relay vacuums the outbox itself.
+func TestRelayVacuumsItsTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = vacuumAfterDeadTuples + 5000
+	for i := 0; i < n; i += 5000 {
+		evs := make([]ev, 5000)
+		for j := range evs {
+			evs[j] = ev{topic: "t", key: fmt.Sprintf("k%d", (i+j)%100)}
+		}
+		b.insert(t, evs...)
+	}
+	cfg := b.config(t, sinks.NewDiscard("discard"))
+	cfg.BatchSize = 2000
+	b.start(t, cfg)
+	waitFor(t, 60*time.Second, "drained", func() bool { return b.count(t, "true") == 0 })
+	var autovacuum string
+	if err := b.pool.QueryRow(context.Background(), "SELECT current_setting('autovacuum')").Scan(&autovacuum); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 45*time.Second, "the dead tuples vacuumed", func() bool {
+		var dead int64
+		var vacuumed bool
+		if err := b.pool.QueryRow(context.Background(), `SELECT n_dead_tup, last_vacuum IS NOT NULL
+FROM pg_stat_user_tables WHERE relid = to_regclass($1)`, b.tables.Outbox()).Scan(&dead, &vacuumed); err != nil {
+			t.Fatal(err)
+		}
+		return dead < vacuumAfterDeadTuples && (autovacuum == "on" || vacuumed)
+	})
+}

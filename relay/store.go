@@ -29,6 +29,7 @@ type store struct {
 	releaseLeasesSQL, cleanHoldsSQL, cleanRelaysSQL string
 	purgeDoneSQL                                    string
 	statsSQL, statsCleanSQL                         string
+	outboxName, vacuumSQL                           string
 }
 
 func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
@@ -137,6 +138,9 @@ RETURNING x.lane, free.taken_over`,
     SELECT 1 FROM ` + o + ` o WHERE o.seq = x.seq
       AND (o.status = 'pending' OR (o.status = 'dead' AND x.until = 'infinity')))`,
 		cleanRelaysSQL: `DELETE FROM ` + r + ` WHERE heartbeat_until < now() - interval '1 minute'`,
+		outboxName:     o,
+		// SKIP_LOCKED: never queue behind an autovacuum already at work.
+		vacuumSQL: `VACUUM (SKIP_LOCKED, ANALYZE) ` + o + `, ` + h,
 		purgeDoneSQL: `DELETE FROM ` + o + ` WHERE seq IN (
     SELECT seq FROM ` + o + ` WHERE status = 'done' AND finished_at < now() - $1::interval
     ORDER BY finished_at LIMIT $2)`,
@@ -495,6 +499,26 @@ func (s *store) maintain(ctx context.Context, retention time.Duration) (purged i
 			return purged, nil
 		}
 	}
+}
+
+// vacuumIfNeeded vacuums the outbox and holds tables when the outbox holds
+// more than threshold dead tuples. Every delivered event leaves one, and the
+// claim walks past them until a vacuum removes them: with autovacuum off or
+// behind, claims would slow without bound. It reports whether it vacuumed.
+func (s *store) vacuumIfNeeded(ctx context.Context, threshold int64) (bool, error) {
+	var dead int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass($1)), 0)`,
+		s.outboxName).Scan(&dead)
+	if err != nil {
+		return false, fmt.Errorf("reading dead tuples of %s: %w", s.outboxName, err)
+	}
+	if dead < threshold {
+		return false, nil
+	}
+	if _, err := s.pool.Exec(ctx, s.vacuumSQL); err != nil {
+		return false, fmt.Errorf("vacuuming %s (%d dead tuples): %w", s.outboxName, dead, err)
+	}
+	return true, nil
 }
 
 // timestamptz encodes forever as PostgreSQL 'infinity'.

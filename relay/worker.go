@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +42,10 @@ type worker struct {
 	// stats counts published events per minute, sink and topic, flushed to
 	// the stats table every statsEvery.
 	stats map[statKey]int64
+
+	// maintaining is set while a round of upkeep runs in the background.
+	maintaining atomic.Bool
+	upkeep      sync.WaitGroup
 }
 
 const (
@@ -47,8 +53,13 @@ const (
 	// for this long, catching events whose notification was debounced.
 	lingerFor   = 250 * time.Millisecond
 	lingerEvery = 5 * time.Millisecond
-	// maintainEvery spaces stale-hold cleanup and the retention cleaner.
+	// maintainEvery spaces upkeep: stale holds, the retention cleaner and
+	// the vacuum check.
 	maintainEvery = 10 * time.Second
+	// vacuumAfterDeadTuples is the dead-tuple count past which the relay
+	// vacuums the outbox itself. Autovacuum, with the table's settings from
+	// the migration, normally acts well before it.
+	vacuumAfterDeadTuples = 20000
 	// statsEvery spaces the flushes of published counts to the stats table.
 	statsEvery = 5 * time.Second
 )
@@ -57,6 +68,7 @@ const (
 // back its leases and lanes.
 func (w *worker) run(ctx, work context.Context) {
 	w.loop(ctx, work)
+	w.upkeep.Wait() // it stops with ctx
 	if err := w.awaitRecord(); err != nil {
 		w.log.Warn("relay: last batch not recorded; it will be redelivered", "error", err)
 	}
@@ -95,11 +107,7 @@ func (w *worker) loop(ctx, work context.Context) {
 			nextLanes = now.Add(laneEvery)
 		}
 		if !now.Before(nextMaintain) && w.index == 0 {
-			if purged, err := w.store.maintain(work, cfg.Retention); err != nil {
-				w.log.Warn("relay: maintenance failed", "error", err)
-			} else if purged > 0 {
-				w.log.Info("relay: removed delivered events past retention", "count", purged)
-			}
+			w.maintainInBackground(ctx)
 			nextMaintain = now.Add(maintainEvery)
 		}
 		if !now.Before(nextStats) {
@@ -144,6 +152,35 @@ func (w *worker) loop(ctx, work context.Context) {
 			}
 		}
 	}
+}
+
+// maintainInBackground runs one round of upkeep off the claim loop, unless
+// the previous round is still running: stale holds and departed relays,
+// delivered rows past retention, and a vacuum when dead tuples pile up.
+func (w *worker) maintainInBackground(ctx context.Context) {
+	if !w.maintaining.CompareAndSwap(false, true) {
+		return
+	}
+	w.upkeep.Add(1)
+	go func() {
+		defer w.upkeep.Done()
+		defer w.maintaining.Store(false)
+		if purged, err := w.store.maintain(ctx, w.r.cfg.Retention); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("relay: maintenance failed", "error", err)
+			}
+		} else if purged > 0 {
+			w.log.Info("relay: removed delivered events past retention", "count", purged)
+		}
+		start := time.Now()
+		if vacuumed, err := w.store.vacuumIfNeeded(ctx, vacuumAfterDeadTuples); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("relay: vacuum failed", "error", err)
+			}
+		} else if vacuumed {
+			w.log.Debug("relay: vacuumed the outbox", "took", time.Since(start))
+		}
+	}()
 }
 
 func (w *worker) refreshLanes(ctx context.Context) error {
