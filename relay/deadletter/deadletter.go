@@ -108,38 +108,14 @@ FROM ` + o + ` WHERE id = $1`
              WHERE d.value->>'state' = 'done'), '{}'::jsonb) END
     FROM sel WHERE o.seq = sel.seq
     RETURNING o.seq, o.id, o.key
-), unhold AS (
-    DELETE FROM ` + h + ` x USING upd WHERE x.key = upd.key AND x.seq = upd.seq
-), wake AS (
-    UPDATE ` + o + ` SET available_at = $11
-    WHERE status = 'pending' AND available_at = 'infinity'
-      AND key IN (SELECT key FROM upd WHERE key IS NOT NULL)
-    RETURNING seq, key
-), rehold AS (
-    -- The woken events hold their key while they wait (see relay's
-    -- holds); their holds come due with them.
-    UPDATE ` + h + ` x SET until = $11 FROM wake w WHERE x.key = w.key AND x.seq = w.seq
-)
-SELECT seq, id::text FROM upd`
+)` + releaseKeys(o, h, "upd")
 	s.purgeSQL = `WITH sel AS (
     SELECT seq FROM ` + o + ` WHERE ` + filterSQL + `
     ORDER BY seq LIMIT $10 FOR UPDATE
 ), del AS (
     DELETE FROM ` + o + ` o USING sel WHERE o.seq = sel.seq
     RETURNING o.seq, o.id, o.key
-), unhold AS (
-    DELETE FROM ` + h + ` x USING del WHERE x.key = del.key AND x.seq = del.seq
-), wake AS (
-    UPDATE ` + o + ` SET available_at = $11
-    WHERE status = 'pending' AND available_at = 'infinity'
-      AND key IN (SELECT key FROM del WHERE key IS NOT NULL)
-    RETURNING seq, key
-), rehold AS (
-    -- The woken events hold their key while they wait (see relay's
-    -- holds); their holds come due with them.
-    UPDATE ` + h + ` x SET until = $11 FROM wake w WHERE x.key = w.key AND x.seq = w.seq
-)
-SELECT seq, id::text FROM del`
+)` + releaseKeys(o, h, "del")
 	s.nowSQL = `SELECT now()`
 	// A page must walk the dead-letter index in seq order and stop at its
 	// limit. Right after a burst of dead letters, before autovacuum has
@@ -504,4 +480,23 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// releaseKeys is the end of the replay and purge statements, after the CTE
+// named from that returns the rows replayed or purged (seq, id, key): their
+// holds go; under relay.stop_key_on_dead_letter the later events of their
+// keys were parked for an operator ('infinity'), and are woken at $11 with
+// their own holds, which they keep while they wait (see relay's holds).
+func releaseKeys(outbox, holds, from string) string {
+	return `, unhold AS (
+    DELETE FROM ` + holds + ` x USING ` + from + ` WHERE x.key = ` + from + `.key AND x.seq = ` + from + `.seq
+), wake AS (
+    UPDATE ` + outbox + ` SET available_at = $11
+    WHERE status = 'pending' AND available_at = 'infinity'
+      AND key IN (SELECT key FROM ` + from + ` WHERE key IS NOT NULL)
+    RETURNING seq, key
+), rehold AS (
+    UPDATE ` + holds + ` x SET until = $11 FROM wake w WHERE x.key = w.key AND x.seq = w.seq
+)
+SELECT seq, id::text FROM ` + from
 }
