@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -247,4 +248,79 @@ func listAll(ctx context.Context, store *deadletter.Store, f deadletter.Filter, 
 		return err
 	}
 	return dw.finish()
+}
+
+// bulkChange is a dead-letter command that changes every selected event in
+// batches: replay or purge. Both select, count, list on --dry-run, confirm
+// unless --yes, then apply with progress.
+type bulkChange struct {
+	ff               filterFlags
+	all, dryRun, yes bool
+	// verb and done name the change ("replay", "replayed").
+	verb, done string
+	// scope ends the messages about the events (" to every sink…"); it may
+	// be empty.
+	scope func() string
+	// question asks for confirmation of a change to n events.
+	question func(n int64) string
+	apply    func(ctx context.Context, store *deadletter.Store, f deadletter.Filter, progress func(int64)) (deadletter.Result, error)
+}
+
+// register adds --all, --dry-run and --yes.
+func (b *bulkChange) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&b.all, "all", false, b.verb+" every dead letter")
+	fs.BoolVar(&b.dryRun, "dry-run", false, "list what would be "+b.done+"; change nothing")
+	fs.BoolVarP(&b.yes, "yes", "y", false, "do not ask for confirmation")
+}
+
+func (b *bulkChange) run(cmd *cobra.Command, g *globalFlags) error {
+	f, err := b.ff.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	if err := selection(f, b.all); err != nil {
+		return err
+	}
+	s, store, done, err := g.deadLetters(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx, out, errOut := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	n, err := store.Count(ctx, f)
+	if err != nil {
+		return runtimeError(s.scrub(err))
+	}
+	scope := b.scope()
+	if b.dryRun {
+		if err := listAll(ctx, store, f, out, errOut, false, n); err != nil {
+			return runtimeError(s.scrub(err))
+		}
+		fmt.Fprintf(out, "dry run: would %s %d dead events%s; nothing changed\n", b.verb, n, scope)
+		return nil
+	}
+	if n == 0 {
+		fmt.Fprintf(out, "no dead letters match; nothing to %s\n", b.verb)
+		return missingIDs(f.IDs)
+	}
+	if !b.yes {
+		if err := confirm(os.Stdin, stdinIsTerminal(), errOut, b.question(n)); err != nil {
+			return err
+		}
+	}
+	p := newProgress(errOut, b.done, n)
+	res, err := b.apply(ctx, store, f, p.report)
+	if err != nil {
+		return runtimeError(s.scrub(err))
+	}
+	fmt.Fprintf(out, "%s %d dead events%s\n", b.done, res.Count, scope)
+	return missingIDs(res.Missing)
+}
+
+// missingIDs fails when requested ids were not (matching) dead letters.
+func missingIDs(missing []string) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	return runtimeError(fmt.Errorf("%d of the given ids are not dead letters matching the filters: %s", len(missing), strings.Join(missing, ", ")))
 }
