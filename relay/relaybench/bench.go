@@ -344,6 +344,23 @@ func (rs *relays) failed() error {
 	}
 }
 
+// runRelays starts the relays, reporting every recorded batch to
+// checkFinished (nothing finishes before the target is set), and waits until
+// they have shared out the lanes. stop may be called more than once.
+func (r *run) runRelays(ctx context.Context) (rs *relays, stop func(), err error) {
+	r.rec.onRecord = func(int) { r.checkFinished() }
+	r.obs.onRecorded = r.checkFinished
+	if rs, err = r.startRelays(ctx); err != nil {
+		return nil, nil, err
+	}
+	stop = sync.OnceFunc(func() { rs.stop(ctx, r.log) })
+	if r.res.LanesSettled, err = r.awaitLanes(ctx, rs); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return rs, stop, nil
+}
+
 // awaitLanes waits (up to 15s) until every lane is leased and the relays
 // hold a fair share each, so that the measured phase does not include the
 // first rebalancing. It reports whether they got there.
@@ -445,23 +462,11 @@ func payload(size int) string {
 // and times its delivery.
 func (r *run) drain(ctx context.Context) error {
 	cfg := r.cfg
-	r.rec.onRecord = func(int) { r.checkFinished() }
-	r.obs.onRecorded = r.checkFinished
-	rs, err := r.startRelays(ctx)
+	rs, stop, err := r.runRelays(ctx)
 	if err != nil {
 		return err
 	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			rs.stop(ctx, r.log)
-		}
-	}
 	defer stop()
-	if r.res.LanesSettled, err = r.awaitLanes(ctx, rs); err != nil {
-		return err
-	}
 
 	fmt.Fprintf(cfg.Progress, "inserting %d events over %s in schema %s...\n", cfg.Events, keysText(cfg.Keys), r.tables.Schema)
 	insertStart := time.Now()

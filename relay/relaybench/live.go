@@ -46,24 +46,11 @@ func (r *run) live(ctx context.Context) error {
 
 	capacity := cfg.liveCapacity()
 	r.commitNanos = make([]int64, capacity)
-	// Set before the relays run; they do nothing until the target is set.
-	r.rec.onRecord = func(int) { r.checkFinished() }
-	r.obs.onRecorded = r.checkFinished
-	rs, err := r.startRelays(ctx)
+	rs, stop, err := r.runRelays(ctx)
 	if err != nil {
 		return err
 	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			rs.stop(ctx, r.log)
-		}
-	}
 	defer stop()
-	if r.res.LanesSettled, err = r.awaitLanes(ctx, rs); err != nil {
-		return err
-	}
 
 	rate := "as fast as they can"
 	if cfg.Rate > 0 {
