@@ -86,6 +86,10 @@ func (t Tables) Name(suffix string) string {
 	return pgx.Identifier{t.Table + "_" + suffix}.Sanitize()
 }
 
+// Index is the quoted, schema-qualified name of an index derived from the
+// table, as DROP INDEX expects.
+func (t Tables) Index(suffix string) string { return t.qualified(t.Table + "_" + suffix) }
+
 // Channel is the LISTEN/NOTIFY channel that wakes relays, as a plain string
 // for pg_notify. Use ChannelIdent in a LISTEN statement. Names too long for a
 // channel are replaced by a hash of themselves.

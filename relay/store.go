@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +17,11 @@ import (
 // laneCount is the number of lanes the key space is hashed into. It matches
 // the rows seeded by the migration and the bit mask the claim tests.
 const laneCount = 64
+
+// laneSQL is an event's lane: its key's hash, or its id's when it has no key.
+// It is the claim index's last column (migration 003), written exactly as
+// there so that the planner matches it.
+const laneSQL = `(hashtext(coalesce(key, id::text)) & 63)`
 
 // store holds every SQL statement the engine runs. Statements are built once
 // from the quoted table names; pgx prepares and caches them per connection.
@@ -42,17 +48,23 @@ func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
 		// wait on each other, leased in the same statement, returned with any
 		// hold an earlier event of the same key has on a sink.
 		//
-		// Two details keep the plan right: the lane test is written "<> 0"
-		// (estimated as passing most rows, so the planner walks the claim
-		// index in order instead of sorting the whole table), and the
-		// UPDATE finds its rows by primary key through an array.
+		// Three details keep the plan right. The lane range ($6..$7, the
+		// lowest and highest lane held) matches the claim index's last
+		// column, so rows of other relays' lanes are skipped on the index
+		// entry without a heap fetch, and the walk stays in (available_at,
+		// seq) order (PostgreSQL 15 would give that order up for
+		// "lane = ANY(...)"). The exact lane test is written "<> 0"
+		// (estimated as passing most rows, so the planner keeps that walk
+		// instead of sorting the pending set). The UPDATE finds its rows by
+		// primary key through an array.
 		claimSQL: `WITH claimed AS (
     UPDATE ` + o + ` o SET lease_owner = $3, lease_until = now() + $4::interval
     WHERE o.seq = ANY(ARRAY(
         SELECT seq FROM ` + o + `
         WHERE status = 'pending' AND available_at <= now()
+          AND ` + laneSQL + ` BETWEEN $6 AND $7
           AND (lease_until IS NULL OR lease_until < now())
-          AND (key IS NULL OR (($1::bigint >> (hashtext(key) & 63)) & 1) <> 0)
+          AND (($1::bigint >> ` + laneSQL + `) & 1) <> 0
         ORDER BY available_at, seq
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
@@ -117,14 +129,17 @@ SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM take), (SELECT count(*)
        (SELECT count(*) FROM gone) + (SELECT count(*) FROM kept)`,
 		heartbeatSQL: `INSERT INTO ` + r + ` (owner, heartbeat_until) VALUES ($1, now() + $2::interval)
 ON CONFLICT (owner) DO UPDATE SET heartbeat_until = excluded.heartbeat_until`,
-		liveSQL:    `SELECT count(*) FROM ` + r + ` WHERE heartbeat_until > now()`,
+		// The live relays, and how many of them sort before this one: its
+		// rank picks its block of lanes.
+		liveSQL:    `SELECT count(*), count(*) FILTER (WHERE owner < $1) FROM ` + r + ` WHERE heartbeat_until > now()`,
 		renewSQL:   `UPDATE ` + l + ` SET lease_until = now() + $2::interval WHERE owner = $1 RETURNING lane`,
 		releaseSQL: `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1 AND lane = ANY($2)`,
 		// Acquired lanes say whether they were taken over from an owner
 		// whose lease expired (it may have died with events leased).
 		acquireSQL: `WITH free AS (
-    SELECT lane, owner IS NOT NULL AS taken_over FROM ` + l + ` WHERE owner IS NULL OR lease_until < now()
-    ORDER BY lane LIMIT $3 FOR UPDATE SKIP LOCKED
+    SELECT lane, owner IS NOT NULL AS taken_over FROM ` + l + `
+    WHERE lane BETWEEN $3 AND $4 AND (owner IS NULL OR lease_until < now())
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE ` + l + ` x SET owner = $1, lease_until = now() + $2::interval
 FROM free WHERE x.lane = free.lane
@@ -217,10 +232,14 @@ type row struct {
 	decodeErr   error // a column the relay cannot read: the row is dead-lettered
 }
 
-// claim leases up to limit due rows of the lanes in mask (and rows without a
-// key) and returns them in seq order.
+// claim leases up to limit due rows of the lanes in mask and returns them in
+// seq order. An empty mask claims nothing.
 func (s *store) claim(ctx context.Context, mask uint64, limit int, lease time.Duration, sinkNames []string) ([]row, error) {
-	rows, err := s.pool.Query(ctx, s.claimSQL, int64(mask), limit, s.owner, lease, sinkNames)
+	if mask == 0 {
+		return nil, nil
+	}
+	lowest, highest := bits.TrailingZeros64(mask), laneCount-1-bits.LeadingZeros64(mask)
+	rows, err := s.pool.Query(ctx, s.claimSQL, int64(mask), limit, s.owner, lease, sinkNames, lowest, highest)
 	if err != nil {
 		return nil, fmt.Errorf("claiming events: %w", err)
 	}
@@ -394,21 +413,26 @@ func (s *store) record(ctx context.Context, o *outcome, keepDone bool) error {
 	return nil
 }
 
-// refreshLanes renews this relay's heartbeat and lanes, then releases or
-// acquires lanes so that it holds a fair share (64 / live relays, rounded
-// up). It returns the lanes held, and those just taken over from an owner
-// whose lease had expired, as bit masks.
+// refreshLanes renews this relay's heartbeat and lanes, then moves towards
+// holding its block: the live relays, ordered by owner name, split the
+// lanes into consecutive blocks of 64 / live (the first ones a lane smaller
+// when it does not divide). Lanes outside the block are released; free
+// lanes inside it are acquired (those still held by a relay that has not
+// yet seen the change come at a later refresh). A block of neighbours, not
+// any fair share, keeps the claim's lane range (lowest to highest lane
+// held) free of other relays' lanes. It returns the lanes held, and those
+// just taken over from an owner whose lease had expired, as bit masks.
 func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, takenOver uint64, err error) {
 	b := &pgx.Batch{}
 	b.Queue(s.heartbeatSQL, s.owner, lease)
-	b.Queue(s.liveSQL)
+	b.Queue(s.liveSQL, s.owner)
 	b.Queue(s.renewSQL, s.owner, lease)
 	br := s.pool.SendBatch(ctx, b)
-	var live int
+	var live, rank int
 	var owned []int16
 	_, err = br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&live)
+		err = br.QueryRow().Scan(&live, &rank)
 	}
 	if err == nil {
 		var rows pgx.Rows
@@ -423,23 +447,29 @@ func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, ta
 	if err != nil {
 		return 0, 0, fmt.Errorf("renewing lanes: %w", err)
 	}
-	share := (laneCount + max(live, 1) - 1) / max(live, 1)
-	switch {
-	case len(owned) > share:
-		extra := owned[share:]
+	first, last := laneBlock(rank, live)
+	var keep, extra []int16
+	for _, lane := range owned {
+		if int(lane) >= first && int(lane) <= last {
+			keep = append(keep, lane)
+		} else {
+			extra = append(extra, lane)
+		}
+	}
+	if len(extra) > 0 {
 		if _, err := s.pool.Exec(ctx, s.releaseSQL, s.owner, extra); err != nil {
 			return 0, 0, fmt.Errorf("releasing lanes: %w", err)
 		}
-		owned = owned[:share]
-	case len(owned) < share:
-		rows, err := s.pool.Query(ctx, s.acquireSQL, s.owner, lease, share-len(owned))
+	}
+	if len(keep) < last-first+1 {
+		rows, err := s.pool.Query(ctx, s.acquireSQL, s.owner, lease, first, last)
 		if err != nil {
 			return 0, 0, fmt.Errorf("acquiring lanes: %w", err)
 		}
 		var lane int16
 		var taken bool
 		_, err = pgx.ForEachRow(rows, []any{&lane, &taken}, func() error {
-			owned = append(owned, lane)
+			keep = append(keep, lane)
 			if taken {
 				takenOver |= 1 << uint(lane)
 			}
@@ -449,10 +479,18 @@ func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, ta
 			return 0, 0, fmt.Errorf("acquiring lanes: %w", err)
 		}
 	}
-	for _, l := range owned {
+	for _, l := range keep {
 		held |= 1 << uint(l)
 	}
 	return held, takenOver, nil
+}
+
+// laneBlock is the first and last lane of block rank (from 0) when live
+// relays split the lanes.
+func laneBlock(rank, live int) (first, last int) {
+	live = max(live, 1)
+	rank = min(max(rank, 0), live-1)
+	return rank * laneCount / live, (rank+1)*laneCount/live - 1
 }
 
 // heartbeat announces this relay as live until lease from now.

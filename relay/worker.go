@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,7 +206,7 @@ func (w *worker) refreshLanes(ctx context.Context) error {
 		}
 	}
 	if mask != w.mask {
-		w.log.Debug("relay: lanes changed", "held", popcount(mask))
+		w.log.Debug("relay: lanes changed", "held", bits.OnesCount64(mask))
 	}
 	w.mask = mask
 	// Leases were renewed at or after start; trust them for most of a lease.
@@ -213,18 +214,10 @@ func (w *worker) refreshLanes(ctx context.Context) error {
 	return nil
 }
 
-func popcount(m uint64) int {
-	n := 0
-	for ; m != 0; m &= m - 1 {
-		n++
-	}
-	return n
-}
-
 // claimableLanes is the mask of lanes whose keyed events may be claimed now.
 func (w *worker) claimableLanes(now time.Time) uint64 {
 	if now.After(w.lanesValidUntil) {
-		return 0 // lane leases may have lapsed: only events without a key
+		return 0 // lane leases may have lapsed: claim nothing until renewed
 	}
 	mask := w.mask
 	for lane, until := range w.quarantine {

@@ -361,11 +361,13 @@ func (r *run) runRelays(ctx context.Context) (rs *relays, stop func(), err error
 	return rs, stop, nil
 }
 
-// awaitLanes waits (up to 15s) until every lane is leased and the relays
-// hold a fair share each, so that the measured phase does not include the
-// first rebalancing. It reports whether they got there.
+// awaitLanes waits (up to 15s) until every lane is leased and every claim
+// loop (each worker of each relay leases lanes of its own) holds a fair
+// share, so that the measured phase does not include the first
+// rebalancing. It reports whether they got there.
 func (r *run) awaitLanes(ctx context.Context, rs *relays) (bool, error) {
-	fair := (64 + r.cfg.Relays - 1) / r.cfg.Relays
+	loops := r.cfg.Relays * r.res.Workers
+	fair := (64 + loops - 1) / loops
 	deadline := time.Now().Add(15 * time.Second)
 	q := `SELECT owner, count(*) FROM ` + r.tables.Lanes() + ` WHERE owner IS NOT NULL AND lease_until > now() GROUP BY owner`
 	for {
@@ -390,7 +392,7 @@ func (r *run) awaitLanes(ctx context.Context, rs *relays) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("reading lane leases: %w", err)
 		}
-		if owners == r.cfg.Relays && total == 64 && most <= fair {
+		if owners == loops && total == 64 && most <= fair {
 			return true, nil
 		}
 		if time.Now().After(deadline) {
