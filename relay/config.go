@@ -29,8 +29,8 @@ type Config struct {
 	// BatchSize is the most events claimed per round trip. Defaults to 1000.
 	BatchSize int
 	// Workers is the number of claim loops in this relay. Each leases its
-	// own share of the lanes, so their database round trips overlap; they
-	// share the sinks. Defaults to 2.
+	// own block of lanes, so their database round trips overlap; they share
+	// the sinks. Defaults to 2.
 	Workers int
 	// Lease is how long claimed events and lanes stay reserved to this relay
 	// without renewal; a crashed relay's work is taken over after it.

@@ -227,7 +227,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		"batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease, "poll_only", r.cfg.PollOnly)
 
 	// Announce every worker before any takes lanes, so that the first
-	// fair share already counts them all.
+	// split into blocks already counts them all.
 	for _, w := range r.workers {
 		if err := w.store.heartbeat(ctx, r.cfg.Lease); err != nil {
 			r.log.Warn("relay: announcing worker failed; it will retry", "error", err)

@@ -43,8 +43,8 @@ func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
 	return &store{
 		pool:  pool,
 		owner: owner,
-		// The claim: the oldest due, unleased rows of this relay's lanes (or
-		// without a key), locked with SKIP LOCKED so concurrent claims never
+		// The claim: the oldest due, unleased rows of this relay's lanes,
+		// locked with SKIP LOCKED so concurrent claims never
 		// wait on each other, leased in the same statement, returned with any
 		// hold an earlier event of the same key has on a sink.
 		//
@@ -418,9 +418,9 @@ func (s *store) record(ctx context.Context, o *outcome, keepDone bool) error {
 // lanes into consecutive blocks of 64 / live (the first ones a lane smaller
 // when it does not divide). Lanes outside the block are released; free
 // lanes inside it are acquired (those still held by a relay that has not
-// yet seen the change come at a later refresh). A block of neighbours, not
-// any fair share, keeps the claim's lane range (lowest to highest lane
-// held) free of other relays' lanes. It returns the lanes held, and those
+// yet seen the change come at a later refresh). A block of neighbours,
+// rather than any set of lanes, keeps the claim's lane range (lowest to
+// highest lane held) free of other relays' lanes. It returns the lanes held, and those
 // just taken over from an owner whose lease had expired, as bit masks.
 func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, takenOver uint64, err error) {
 	b := &pgx.Batch{}

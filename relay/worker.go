@@ -12,7 +12,7 @@ import (
 
 // A worker is one claim loop. A relay runs Config.Workers of them; each is a
 // relay of its own as far as the database is concerned (its own owner name,
-// heartbeat and fair share of the lanes), so their claims and records
+// heartbeat and block of lanes), so their claims and records
 // overlap while keys stay with one worker at a time. They share the sinks,
 // whose Publish calls are serialised.
 type worker struct {
@@ -191,7 +191,7 @@ func (w *worker) refreshLanes(ctx context.Context) error {
 		return err
 	}
 	if w.mask&^mask != 0 {
-		// Lanes given up (a fair share shrank): siblings may take them now
+		// Lanes given up (the blocks moved): siblings may take them now
 		// rather than at their next refresh.
 		w.r.relaneSiblings(w)
 	}

@@ -33,8 +33,9 @@ migrated, and dropped at the end unless --keep).
 transaction once the relays are ready, and times their delivery: events/s,
 per-batch claim/publish/record timings, CPU and peak RSS.
 
---mode live commits events one per transaction through the outbox library
-from --producers goroutines at --rate events/s (0: as fast as they can) for
+--mode live commits events (--tx-events per transaction, default 1) through
+the outbox library from --producers goroutines at --rate events/s (0: as
+fast as they can) for
 --duration while the relays run, and reports the commit-to-publish latency of
 each event (sink acknowledgement minus the time tx.Commit returned).
 --baseline D first runs the producers for D with no relay and compares their
@@ -112,7 +113,8 @@ The database comes from --database-url, DATABASE_URL or database.url in
 	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, "relay.poll_interval (0: the relay's default)")
 	f.DurationVar(&cfg.Lease, "lease", 0, "relay.lease (0: the relay's default)")
 	f.IntVar(&cfg.Rate, "rate", relaybench.DefaultRate, "live: producers' total events/s (0: as fast as they can)")
-	f.IntVar(&cfg.Producers, "producers", relaybench.DefaultProducers, "live: producer goroutines, one event per transaction")
+	f.IntVar(&cfg.Producers, "producers", relaybench.DefaultProducers, "live: producer goroutines")
+	f.IntVar(&cfg.TxEvents, "tx-events", 1, "live: events each producer transaction commits")
 	f.DurationVar(&cfg.Duration, "duration", relaybench.DefaultDuration, "live: how long producers run")
 	f.DurationVar(&cfg.Baseline, "baseline", 0, "live: first run the producers this long with no relay and compare commit rates")
 	f.DurationVar(&cfg.ReportEvery, "report-every", 0, "print events/s, latency, backlog, table size and dead tuples at this interval")

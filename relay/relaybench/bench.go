@@ -83,9 +83,12 @@ type Percentiles struct {
 // ProducerResult is the producers' side of a live run.
 type ProducerResult struct {
 	Producers int `json:"producers"`
-	// TargetRate is the rate asked for; -1 for as fast as they can.
+	// TxEvents is the number of events each transaction commits.
+	TxEvents int `json:"tx_events"`
+	// TargetRate is the rate asked for, in events per second; -1 for as
+	// fast as they can.
 	TargetRate int `json:"target_rate"`
-	// CommitRate is the commits per second achieved with the relays running.
+	// CommitRate is the events committed per second with the relays running.
 	CommitRate float64 `json:"commit_rate"`
 	Errors     int64   `json:"errors"`
 	// BaselineCommitRate is the commit rate with no relay (0 without

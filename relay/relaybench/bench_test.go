@@ -98,6 +98,18 @@ func TestLive(t *testing.T) {
 	}
 }
 
+func TestLiveTransactionsOfSeveralEvents(t *testing.T) {
+	t.Parallel()
+	res := run(t, relaybench.Config{Mode: relaybench.ModeLive, Rate: 1000, TxEvents: 5, Duration: time.Second, Keys: 3})
+	// 200 transactions of 5 events, allowing for a slow shared machine.
+	if res.Events < 500 || res.Events > 1100 || res.Events%5 != 0 {
+		t.Fatalf("%d events committed in 1s at 1000/s in transactions of 5", res.Events)
+	}
+	if p := res.Producers; p == nil || p.TxEvents != 5 {
+		t.Fatalf("producers %+v", p)
+	}
+}
+
 func TestDrainSinks(t *testing.T) {
 	t.Parallel()
 	cases := map[string]func(t *testing.T) relaybench.Config{

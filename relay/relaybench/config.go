@@ -69,6 +69,9 @@ type Config struct {
 	Rate int
 	// Producers is the number of producer goroutines. Defaults to 4.
 	Producers int
+	// TxEvents is the number of events each producer transaction commits.
+	// Defaults to 1.
+	TxEvents int
 	// Duration is how long producers run in ModeLive. Defaults to 30s.
 	Duration time.Duration
 	// Baseline, when positive, first runs the producers for this long with
@@ -149,6 +152,9 @@ func (c Config) WithDefaults() Config {
 	if c.Producers == 0 {
 		c.Producers = DefaultProducers
 	}
+	if c.TxEvents == 0 {
+		c.TxEvents = 1
+	}
 	if c.Duration == 0 {
 		c.Duration = DefaultDuration
 	}
@@ -200,6 +206,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--lease: must not be negative, got %s", c.Lease)
 	case c.Producers < 1 || c.Producers > 1000:
 		return fmt.Errorf("--producers: must be between 1 and 1000, got %d", c.Producers)
+	case c.TxEvents < 1 || c.TxEvents > 1000:
+		return fmt.Errorf("--tx-events: must be between 1 and 1000, got %d", c.TxEvents)
 	case c.Duration < 0:
 		return fmt.Errorf("--duration: must be positive, got %s", c.Duration)
 	case c.Baseline < 0:
@@ -234,5 +242,5 @@ func (c Config) liveCapacity() int {
 		// As fast as they can: a generous bound for one loopback database.
 		return int(c.Duration.Seconds()+1) * 50_000
 	}
-	return int(float64(c.Rate)*c.Duration.Seconds()*1.05) + 100*c.Producers
+	return int(float64(c.Rate)*c.Duration.Seconds()*1.05) + 100*c.Producers*max(c.TxEvents, 1)
 }

@@ -27,7 +27,7 @@ func (r *run) live(ctx context.Context) error {
 		return err
 	}
 	defer prodPool.Close()
-	r.res.Producers = &ProducerResult{Producers: cfg.Producers, TargetRate: cfg.Rate}
+	r.res.Producers = &ProducerResult{Producers: cfg.Producers, TxEvents: cfg.TxEvents, TargetRate: cfg.Rate}
 
 	if cfg.Baseline > 0 {
 		fmt.Fprintf(cfg.Progress, "baseline: %d producers for %s with no relay...\n", cfg.Producers, cfg.Baseline)
@@ -150,23 +150,22 @@ func (p *producers) run(ctx context.Context, d time.Duration) (int64, time.Durat
 	return total.Load(), time.Since(start)
 }
 
-// produce is producer i: its j-th event has index j*P+i and a key of its
-// own (keys ≡ i mod P), so that each key's commits are sequential.
+// produce is producer i: its e-th event has index e*P+i and a key of its
+// own (keys ≡ i mod P), so that each key's commits are sequential. Each
+// transaction commits cfg.TxEvents consecutive events of the producer.
 func (p *producers) produce(ctx, stopCtx context.Context, i int, start time.Time) int64 {
 	cfg := p.r.cfg
-	P := int64(cfg.Producers)
+	P, k := int64(cfg.Producers), int64(cfg.TxEvents)
 	var interval time.Duration
 	if cfg.Rate > 0 {
-		interval = time.Duration(float64(time.Second) * float64(P) / float64(cfg.Rate))
+		interval = time.Duration(float64(time.Second) * float64(P*k) / float64(cfg.Rate))
 	}
 	keysEach := max(int64(cfg.Keys)/P, 1)
 	pl := []byte(payload(cfg.PayloadBytes))
+	events := make([]outbox.Event, 0, k)
+	indexes := make([]int64, 0, k)
 	var done int64
 	for j := int64(0); ; j++ {
-		idx := j*P + int64(i)
-		if !p.baseline && idx >= int64(len(p.r.commitNanos)) {
-			return done
-		}
 		if interval > 0 {
 			if wait := time.Until(start.Add(time.Duration(j) * interval)); wait > 0 && !sleep(stopCtx, wait) {
 				return done
@@ -175,16 +174,28 @@ func (p *producers) produce(ctx, stopCtx context.Context, i int, start time.Time
 		if stopCtx.Err() != nil {
 			return done
 		}
-		key := idx
-		if cfg.Keys > 0 {
-			key = (j%keysEach)*P + int64(i)
+		events, indexes = events[:0], indexes[:0]
+		for e := j * k; e < (j+1)*k; e++ {
+			idx := e*P + int64(i)
+			if !p.baseline && idx >= int64(len(p.r.commitNanos)) {
+				break
+			}
+			key := idx
+			if cfg.Keys > 0 {
+				key = (e%keysEach)*P + int64(i)
+			}
+			id := p.r.ids.id(idx)
+			if p.baseline {
+				id[0] ^= 0xff // not one of the measured events
+			}
+			events = append(events, outbox.Event{ID: uuid.UUID(id), Topic: "bench", Key: keyName(key), Payload: pl})
+			indexes = append(indexes, idx)
 		}
-		id := p.r.ids.id(idx)
-		if p.baseline {
-			id[0] ^= 0xff // not one of the measured events
+		if len(events) == 0 {
+			return done
 		}
 		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-			_, err := p.writer.Enqueue(ctx, tx, outbox.Event{ID: uuid.UUID(id), Topic: "bench", Key: keyName(key), Payload: pl})
+			_, err := p.writer.Enqueue(ctx, tx, events...)
 			return err
 		})
 		if err != nil {
@@ -195,9 +206,12 @@ func (p *producers) produce(ctx, stopCtx context.Context, i int, start time.Time
 			continue
 		}
 		if !p.baseline {
-			atomic.StoreInt64(&p.r.commitNanos[idx], max(time.Since(p.r.origin).Nanoseconds(), 1))
-			p.r.committed.Add(1)
+			at := max(time.Since(p.r.origin).Nanoseconds(), 1)
+			for _, idx := range indexes {
+				atomic.StoreInt64(&p.r.commitNanos[idx], at)
+			}
+			p.r.committed.Add(int64(len(indexes)))
 		}
-		done++
+		done += int64(len(events))
 	}
 }

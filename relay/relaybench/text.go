@@ -19,9 +19,13 @@ func (res *Result) WriteText(w io.Writer) error {
 		ew.printf("commit-to-publish latency: p50 %.2fms  p90 %.2fms  p99 %.2fms  max %.2fms\n", p.P50, p.P90, p.P99, p.Max)
 	}
 	if p := res.Producers; p != nil {
-		ew.printf("producers: %d, commit rate %.0f/s", p.Producers, p.CommitRate)
+		perTx := "one event per transaction"
+		if p.TxEvents > 1 {
+			perTx = fmt.Sprintf("%d events per transaction", p.TxEvents)
+		}
+		ew.printf("producers: %d, %s, commit rate %.0f events/s", p.Producers, perTx, p.CommitRate)
 		if p.BaselineCommitRate > 0 {
-			ew.printf(" with relays vs %.0f/s without (ratio %.2f)", p.BaselineCommitRate, p.Ratio)
+			ew.printf(" with relays vs %.0f events/s without (ratio %.2f)", p.BaselineCommitRate, p.Ratio)
 		}
 		if p.Errors > 0 {
 			ew.printf(", %d failed commits", p.Errors)

@@ -58,7 +58,7 @@ type Relay struct {
 	// BatchSize is the most events claimed per round trip. Defaults to 1000.
 	BatchSize int `yaml:"batch_size"`
 	// Workers is the number of claim loops in this relay process, each with
-	// its own share of the lanes. Defaults to 2.
+	// its own block of lanes. Defaults to 2.
 	Workers int `yaml:"workers"`
 	// Lease is how long claimed work stays reserved. Defaults to 30s.
 	Lease time.Duration `yaml:"lease"`
