@@ -175,6 +175,9 @@ func (b *batch) plan() {
 			if err != nil {
 				t.status, t.err = tDead, sinks.Permanent(err)
 				t.tries++
+				if b.r.cfg.StopKeyOnDeadLetter && rw.key != "" {
+					blocked[ks] = forever // as a dead letter from the sink would
+				}
 				continue
 			}
 			ev.Destination = dest

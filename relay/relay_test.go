@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"text/template"
 	"time"
 
 	"github.com/heraldhq/herald/sinks"
@@ -399,6 +400,31 @@ func TestStopKeyOnDeadLetterHoldsTheKey(t *testing.T) {
 	got := b.rec.all()
 	if len(got) != 1 || got[0].seq != seqs[2] {
 		t.Fatalf("deliveries %+v: only key j should pass while key k is stopped", got)
+	}
+	if n := b.count(t, "status = 'pending' AND available_at = 'infinity'"); n != 1 {
+		t.Fatalf("%d events parked behind the stopped key, want 1", n)
+	}
+}
+
+// An event that dies before it is sent (its destination does not render)
+// stops its key too, for the later events of its key in the same batch.
+func TestStopKeyOnDeadLetterBeforePublish(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sink := &testSink{name: "mem", rec: b.rec}
+	cfg := b.config(t, sink)
+	cfg.StopKeyOnDeadLetter = true
+	cfg.Routes[0].Targets[0].Destination = template.Must(template.New("dest").Parse(`{{if ne .Topic "bad"}}{{.Topic}}{{end}}`))
+	seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "j"})
+	b.start(t, cfg)
+	waitFor(t, 5*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
+	time.Sleep(500 * time.Millisecond)
+	got := b.rec.all()
+	if len(got) != 1 || got[0].seq != seqs[2] {
+		t.Fatalf("deliveries %+v: only key j should pass while key k is stopped", got)
+	}
+	if n := b.count(t, "status = 'dead'"); n != 1 {
+		t.Fatalf("%d dead events, want 1", n)
 	}
 	if n := b.count(t, "status = 'pending' AND available_at = 'infinity'"); n != 1 {
 		t.Fatalf("%d events parked behind the stopped key, want 1", n)
