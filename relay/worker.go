@@ -115,6 +115,7 @@ func (w *worker) loop(ctx, work context.Context) {
 			w.flushStats(work)
 			nextStats = now.Add(statsEvery)
 		}
+		cycleStart := time.Now()
 		n, err := w.cycle(work)
 		if err != nil {
 			failures++
@@ -132,7 +133,10 @@ func (w *worker) loop(ctx, work context.Context) {
 		}
 		wait := cfg.PollInterval
 		if time.Since(lastWork) < lingerFor {
-			wait = min(wait, lingerEvery)
+			// An empty claim walks the due entries of other relays' lanes:
+			// while they have a backlog, it is not cheap, so lingering
+			// spends at most a third of the time on it.
+			wait = min(wait, max(lingerEvery, 2*time.Since(cycleStart)))
 		}
 		wait = min(wait, time.Until(nextLanes), time.Until(nextStats))
 		if w.index == 0 {
