@@ -359,11 +359,6 @@ type outcome struct {
 	freeSeqs            []int64
 }
 
-// onlyDone reports whether the outcome only removes delivered rows.
-func (o *outcome) onlyDone() bool {
-	return len(o.seqs) == 0 && len(o.takeSeqs) == 0 && len(o.freeSeqs) == 0
-}
-
 func (o *outcome) update(seq int64, status string, attempts int, at time.Time, lastErr string, deliveries []byte) {
 	o.seqs = append(o.seqs, seq)
 	o.statuses = append(o.statuses, status)

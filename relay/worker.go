@@ -36,10 +36,6 @@ type worker struct {
 	// those keys before then would put them ahead of the leased ones.
 	quarantine map[uint]time.Time
 
-	// recording receives the result of the batch being recorded in the
-	// background; nil when none is.
-	recording chan error
-
 	// stats counts published events per minute, sink and topic, flushed to
 	// the stats table every statsEvery.
 	stats map[statKey]int64
@@ -70,9 +66,6 @@ const (
 func (w *worker) run(ctx, work context.Context) {
 	w.loop(ctx, work)
 	w.upkeep.Wait() // it stops with ctx
-	if err := w.awaitRecord(); err != nil {
-		w.log.Warn("relay: last batch not recorded; it will be redelivered", "error", err)
-	}
 	w.flushStats(work)
 	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -246,7 +239,7 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	}
 	cfg.Observer.Claimed(len(rows), time.Since(start))
 	if len(rows) == 0 {
-		return 0, w.awaitRecord()
+		return 0, nil
 	}
 	leaseEnd := start.Add(cfg.Lease)
 
@@ -263,29 +256,10 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 			"retried", b.counts.retried, "dead", b.counts.dead, "parked", b.counts.parked, "paused", b.counts.paused)
 	}
 
-	// The previous batch's record must be in before this one's.
-	if err := w.awaitRecord(); err != nil {
-		return len(rows), err
-	}
-	if o.onlyDone() {
-		// Nothing in this outcome affects what the next claim may take (no
-		// holds, no retry times; these rows stay leased until deleted), so
-		// the DELETE runs while the next batch is claimed and published.
-		w.recording = make(chan error, 1)
-		go func() { w.recording <- w.record(ctx, o, leaseEnd, len(rows)) }()
-		return len(rows), nil
-	}
+	// The record is not overlapped with the next claim: that claim would
+	// walk this batch's rows again while their DELETE runs, and measured
+	// drains were no faster for it (docs/benchmarks.md).
 	return len(rows), w.record(ctx, o, leaseEnd, len(rows))
-}
-
-// awaitRecord waits for the batch being recorded in the background, if any.
-func (w *worker) awaitRecord() error {
-	if w.recording == nil {
-		return nil
-	}
-	err := <-w.recording
-	w.recording = nil
-	return err
 }
 
 // record writes a batch's outcome. A passing database failure must not lose
