@@ -382,52 +382,46 @@ func TestGracefulShutdownFinishesBatchAndReleases(t *testing.T) {
 	}
 }
 
+// With StopKeyOnDeadLetter, a dead event stops its key: whether the sink
+// refused it for good, or it died before it was sent (its destination does
+// not render), later events of its key in the same batch wait for an
+// operator while other keys flow.
 func TestStopKeyOnDeadLetterHoldsTheKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
-		if e.Topic == "bad" {
-			return sinks.Permanent(errBoom)
-		}
-		return nil
-	}}
-	cfg := b.config(t, sink)
-	cfg.StopKeyOnDeadLetter = true
-	seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "j"})
-	b.start(t, cfg)
-	waitFor(t, 5*time.Second, "other key delivered", func() bool { return len(b.rec.all()) == 1 })
-	time.Sleep(500 * time.Millisecond)
-	got := b.rec.all()
-	if len(got) != 1 || got[0].seq != seqs[2] {
-		t.Fatalf("deliveries %+v: only key j should pass while key k is stopped", got)
-	}
-	if n := b.count(t, "status = 'pending' AND available_at = 'infinity'"); n != 1 {
-		t.Fatalf("%d events parked behind the stopped key, want 1", n)
-	}
-}
-
-// An event that dies before it is sent (its destination does not render)
-// stops its key too, for the later events of its key in the same batch.
-func TestStopKeyOnDeadLetterBeforePublish(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	sink := &testSink{name: "mem", rec: b.rec}
-	cfg := b.config(t, sink)
-	cfg.StopKeyOnDeadLetter = true
-	cfg.Routes[0].Targets[0].Destination = template.Must(template.New("dest").Parse(`{{if ne .Topic "bad"}}{{.Topic}}{{end}}`))
-	seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "j"})
-	b.start(t, cfg)
-	waitFor(t, 5*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
-	time.Sleep(500 * time.Millisecond)
-	got := b.rec.all()
-	if len(got) != 1 || got[0].seq != seqs[2] {
-		t.Fatalf("deliveries %+v: only key j should pass while key k is stopped", got)
-	}
-	if n := b.count(t, "status = 'dead'"); n != 1 {
-		t.Fatalf("%d dead events, want 1", n)
-	}
-	if n := b.count(t, "status = 'pending' AND available_at = 'infinity'"); n != 1 {
-		t.Fatalf("%d events parked behind the stopped key, want 1", n)
+	for name, configure := range map[string]func(*Config){
+		"sink refuses": func(cfg *Config) {
+			cfg.Routes[0].Targets[0].Sink.(*testSink).fail = func(e sinks.Event) error {
+				if e.Topic == "bad" {
+					return sinks.Permanent(errBoom)
+				}
+				return nil
+			}
+		},
+		"destination fails before publish": func(cfg *Config) {
+			cfg.Routes[0].Targets[0].Destination = template.Must(template.New("dest").Parse(`{{if ne .Topic "bad"}}{{.Topic}}{{end}}`))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+			cfg.StopKeyOnDeadLetter = true
+			configure(&cfg)
+			seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "j"})
+			b.start(t, cfg)
+			waitFor(t, 5*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
+			time.Sleep(500 * time.Millisecond)
+			got := b.rec.all()
+			if len(got) != 1 || got[0].seq != seqs[2] {
+				t.Fatalf("deliveries %+v: only key j should pass while key k is stopped", got)
+			}
+			if n := b.count(t, "status = 'dead'"); n != 1 {
+				t.Fatalf("%d dead events, want 1", n)
+			}
+			if n := b.count(t, "status = 'pending' AND available_at = 'infinity'"); n != 1 {
+				t.Fatalf("%d events parked behind the stopped key, want 1", n)
+			}
+		})
 	}
 }
 

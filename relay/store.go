@@ -44,9 +44,9 @@ func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
 		pool:  pool,
 		owner: owner,
 		// The claim: the oldest due, unleased rows of this relay's lanes,
-		// locked with SKIP LOCKED so concurrent claims never
-		// wait on each other, leased in the same statement, returned with any
-		// hold an earlier event of the same key has on a sink.
+		// locked with SKIP LOCKED so concurrent claims never wait on each
+		// other, leased in the same statement, returned with any hold an
+		// earlier event of the same key has on a sink.
 		//
 		// Three details keep the plan right. The lane range ($6..$7, the
 		// lowest and highest lane held) matches the claim index's last
@@ -415,8 +415,9 @@ func (s *store) record(ctx context.Context, o *outcome, keepDone bool) error {
 // lanes inside it are acquired (those still held by a relay that has not
 // yet seen the change come at a later refresh). A block of neighbours,
 // rather than any set of lanes, keeps the claim's lane range (lowest to
-// highest lane held) free of other relays' lanes. It returns the lanes held, and those
-// just taken over from an owner whose lease had expired, as bit masks.
+// highest lane held) free of other relays' lanes. It returns the lanes
+// held, and those just taken over from an owner whose lease had expired, as
+// bit masks.
 func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, takenOver uint64, err error) {
 	b := &pgx.Batch{}
 	b.Queue(s.heartbeatSQL, s.owner, lease)
