@@ -70,17 +70,14 @@ func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
         FOR UPDATE SKIP LOCKED))
     RETURNING o.seq, o.id, o.topic, o.key, o.payload, o.payload_bin, o.content_type, o.headers,
               o.created_at, o.attempts, o.max_attempts, o.deliveries
-), held AS (
-    -- Keys of this batch that have holds at all (none, in the common case:
-    -- the EXISTS is evaluated once and skips the lookups below).
-    SELECT DISTINCT x.key FROM ` + h + ` x
-    WHERE EXISTS (SELECT 1 FROM ` + h + `) AND x.key IN (SELECT key FROM claimed)
 )
 SELECT c.seq, c.id, c.topic, c.key, c.payload, c.payload_bin, c.content_type, c.headers,
        c.created_at, c.attempts, c.max_attempts, c.deliveries, w.sink, w.seq, w.until
 FROM claimed c
 -- Per sink, the nearest earlier event of the key that waits on that sink
 -- and is not in this batch (those in the batch are ordered by the batch).
+-- The EXISTS is evaluated once per claim: with no holds at all (the common
+-- case) the lookups never run.
 LEFT JOIN LATERAL (
     SELECT s.sink, n.seq, n.until
     FROM unnest($5::text[]) AS s(sink)
@@ -90,7 +87,8 @@ LEFT JOIN LATERAL (
           AND x.seq <> ALL (ARRAY(SELECT seq FROM claimed))
         ORDER BY x.seq DESC LIMIT 1
     ) n
-) w ON c.key IN (SELECT key FROM held)
+    WHERE EXISTS (SELECT 1 FROM ` + h + `)
+) w ON true
 ORDER BY c.seq`,
 		deleteSQL: `DELETE FROM ` + o + ` WHERE seq = ANY($1) AND lease_owner = $2`,
 		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL

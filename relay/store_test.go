@@ -75,6 +75,51 @@ func TestClaimTestsLanesOnTheIndex(t *testing.T) {
 	}
 }
 
+// With no holds at all, a claim must not look up holds for each claimed
+// row: the lookups ran once per row (two index probes each) while an ON
+// clause meant to skip them was evaluated only after them.
+func TestClaimSkipsHoldLookupsWithoutHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	evs := make([]ev, 100)
+	for i := range evs {
+		evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%10)}
+	}
+	b.insert(t, evs...)
+	s := newStore(b.pool, b.tables, "plan-test")
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.claimSQL,
+		int64(-1), 1000, "plan-test", "30 seconds", []string{"mem"}, 0, 63)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := plan.String()
+	if !strings.Contains(got, "rows=100 ") {
+		t.Fatalf("the claim did not claim the 100 events:\n%s", got)
+	}
+	for _, line := range strings.Split(got, "\n") {
+		if strings.Contains(line, "holds_pkey") && !strings.Contains(line, "never executed") {
+			t.Fatalf("the claim looked up holds although there are none:\n%s", got)
+		}
+	}
+}
+
 // Relays that join one after another end up with a block of neighbouring
 // lanes each, so that each claim's lane range covers few lanes of others.
 func TestLanesStayInBlocks(t *testing.T) {
