@@ -24,7 +24,8 @@ import (
 type Config struct {
 	// Tables names the outbox table. Defaults to public.outbox.
 	Tables migrations.Tables
-	// Owner identifies this relay in leases. Defaults to host-pid-random.
+	// Owner identifies this relay in the lanes table. Defaults to
+	// host-pid-random.
 	Owner string
 	// BatchSize is the most events claimed per round trip. Defaults to 1000.
 	BatchSize int
@@ -32,9 +33,9 @@ type Config struct {
 	// own block of lanes, so their database round trips overlap; they share
 	// the sinks. Defaults to 2.
 	Workers int
-	// Lease is how long claimed events and lanes stay reserved to this relay
-	// without renewal; a crashed relay's work is taken over after it.
-	// Defaults to 30 seconds.
+	// Lease is how long this relay's lanes (and so their events) stay
+	// reserved to it without renewal; a crashed relay's lanes are taken over
+	// after it. Defaults to 30 seconds.
 	Lease time.Duration
 	// PollInterval is the longest an idle relay waits before looking for
 	// events when no notification arrives. Defaults to 1 second.

@@ -119,6 +119,13 @@ func (s *testSink) Publish(ctx context.Context, events []sinks.Event) []error {
 
 func (s *testSink) Close(context.Context) error { return nil }
 
+// publishes is the number of Publish calls so far, finished or not.
+func (s *testSink) publishes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
 // ev is an event to insert with plain SQL, as any language would.
 type ev struct {
 	topic, key string

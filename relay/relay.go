@@ -201,7 +201,7 @@ func (r *Relay) logEvent(rw *row, sink, msg string, err error, attrs ...any) {
 
 // Run delivers events until ctx ends, then stops claiming, finishes and
 // records the batch in flight (within ShutdownTimeout), gives back its
-// leases and returns nil. It returns an error only when it cannot start:
+// lanes and returns nil. It returns an error only when it cannot start:
 // the schema is missing or newer than this relay.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := migrations.Check(ctx, r.pool, r.cfg.Tables); err != nil {

@@ -32,7 +32,7 @@ type store struct {
 	claimSQL, deleteSQL, recordSQL, markDoneSQL     string
 	heartbeatSQL, liveSQL, renewSQL, releaseSQL     string
 	acquireSQL, releaseAllSQL, unregisterSQL        string
-	releaseLeasesSQL, cleanHoldsSQL, cleanRelaysSQL string
+	cleanHoldsSQL, cleanRelaysSQL                   string
 	purgeDoneSQL                                    string
 	statsSQL, statsCleanSQL                         string
 	outboxName, vacuumSQL                           string
@@ -43,33 +43,36 @@ func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
 	return &store{
 		pool:  pool,
 		owner: owner,
-		// The claim: the oldest due, unleased rows of this relay's lanes,
-		// locked with SKIP LOCKED so concurrent claims never wait on each
-		// other, leased in the same statement, returned with any hold an
-		// earlier event of the same key has on a sink.
+		// The claim: the oldest due rows of this relay's lanes, locked with
+		// SKIP LOCKED so that it never waits on a row another transaction
+		// holds, returned with any hold an earlier event of the same key has
+		// on a sink. It writes nothing: the lanes are the lease. Only the
+		// owner of a lane claims its events, one batch at a time, and a relay
+		// taking over an expired lane waits until its previous owner's
+		// batches are over (worker.quarantine). Leasing each row as well
+		// cost a new row version per event, and a third of the drain rate
+		// (docs/benchmarks.md). Rows still leased by a relay of an earlier
+		// version (lease_until in the future) are left to it.
 		//
-		// Three details keep the plan right. The lane range ($6..$7, the
+		// Three details keep the plan right. The lane range ($4..$5, the
 		// lowest and highest lane held) matches the claim index's last
 		// column, so rows of other relays' lanes are skipped on the index
 		// entry without a heap fetch, and the walk stays in (available_at,
 		// seq) order (PostgreSQL 15 would give that order up for
 		// "lane = ANY(...)"). The exact lane test is written "<> 0"
 		// (estimated as passing most rows, so the planner keeps that walk
-		// instead of sorting the pending set). The UPDATE finds its rows by
-		// primary key through an array.
+		// instead of sorting the pending set).
 		claimSQL: `WITH claimed AS (
-    UPDATE ` + o + ` o SET lease_owner = $3, lease_until = now() + $4::interval
-    WHERE o.seq = ANY(ARRAY(
-        SELECT seq FROM ` + o + `
-        WHERE status = 'pending' AND available_at <= now()
-          AND ` + laneSQL + ` BETWEEN $6 AND $7
-          AND (lease_until IS NULL OR lease_until < now())
-          AND (($1::bigint >> ` + laneSQL + `) & 1) <> 0
-        ORDER BY available_at, seq
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED))
-    RETURNING o.seq, o.id, o.topic, o.key, o.payload, o.payload_bin, o.content_type, o.headers,
-              o.created_at, o.attempts, o.max_attempts, o.deliveries
+    SELECT seq, id, topic, key, payload, payload_bin, content_type, headers,
+           created_at, attempts, max_attempts, deliveries
+    FROM ` + o + `
+    WHERE status = 'pending' AND available_at <= now()
+      AND ` + laneSQL + ` BETWEEN $4 AND $5
+      AND (lease_until IS NULL OR lease_until < now())
+      AND (($1::bigint >> ` + laneSQL + `) & 1) <> 0
+    ORDER BY available_at, seq
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
 )
 SELECT c.seq, c.id, c.topic, c.key, c.payload, c.payload_bin, c.content_type, c.headers,
        c.created_at, c.attempts, c.max_attempts, c.deliveries, w.sink, w.seq, w.until
@@ -80,7 +83,7 @@ FROM claimed c
 -- case) the lookups never run.
 LEFT JOIN LATERAL (
     SELECT s.sink, n.seq, n.until
-    FROM unnest($5::text[]) AS s(sink)
+    FROM unnest($3::text[]) AS s(sink)
     CROSS JOIN LATERAL (
         SELECT x.seq, x.until FROM ` + h + ` x
         WHERE x.key = c.key AND x.sink = s.sink AND x.seq < c.seq
@@ -90,19 +93,27 @@ LEFT JOIN LATERAL (
     WHERE EXISTS (SELECT 1 FROM ` + h + `)
 ) w ON true
 ORDER BY c.seq`,
-		deleteSQL: `DELETE FROM ` + o + ` WHERE seq = ANY($1) AND lease_owner = $2`,
-		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL
-WHERE seq = ANY($1) AND lease_owner = $2`,
+		// Writes are fenced by lane: a relay records only events of lanes it
+		// still holds. The lanes are locked in share mode, so a relay taking
+		// one over waits for the record in flight, and a record after the
+		// takeover leaves the lane's events to their new owner.
+		deleteSQL: `DELETE FROM ` + o + ` WHERE seq = ANY($1)
+  AND ` + laneSQL + ` = ANY(ARRAY(SELECT lane FROM ` + l + ` WHERE owner = $2 FOR SHARE))`,
+		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now()
+WHERE seq = ANY($1)
+  AND ` + laneSQL + ` = ANY(ARRAY(SELECT lane FROM ` + l + ` WHERE owner = $2 FOR SHARE))`,
 		// Everything but the plain happy path in one statement: rows still
-		// pending or dead, holds taken (only for rows this relay still
-		// leases), holds released, and delivered rows removed or kept.
-		recordSQL: `WITH upd AS (
+		// pending or dead, holds taken (only for rows of lanes this relay
+		// still holds), holds released, and delivered rows removed or kept.
+		recordSQL: `WITH mine AS (
+    SELECT lane FROM ` + l + ` WHERE owner = $7 FOR SHARE
+), upd AS (
     UPDATE ` + o + ` o SET status = u.status, attempts = u.attempts, available_at = u.available_at,
-        last_error = u.last_error, deliveries = u.deliveries, lease_owner = NULL, lease_until = NULL,
+        last_error = u.last_error, deliveries = u.deliveries,
         finished_at = CASE WHEN u.status = 'pending' THEN NULL ELSE now() END
     FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[], $6::jsonb[])
         AS u(seq, status, attempts, available_at, last_error, deliveries)
-    WHERE o.seq = u.seq AND o.lease_owner = $7
+    WHERE o.seq = u.seq AND ` + laneSQL + ` IN (SELECT lane FROM mine)
     RETURNING o.seq
 ), take AS (
     INSERT INTO ` + h + ` (key, sink, seq, until)
@@ -116,11 +127,11 @@ WHERE seq = ANY($1) AND lease_owner = $2`,
     WHERE x.key = f.key AND x.sink = f.sink AND x.seq = f.seq
     RETURNING 1
 ), gone AS (
-    DELETE FROM ` + o + ` WHERE seq = ANY($15) AND lease_owner = $7 AND NOT $16::boolean
+    DELETE FROM ` + o + ` WHERE seq = ANY($15) AND ` + laneSQL + ` IN (SELECT lane FROM mine) AND NOT $16::boolean
     RETURNING 1
 ), kept AS (
-    UPDATE ` + o + ` SET status = 'done', finished_at = now(), lease_owner = NULL, lease_until = NULL
-    WHERE seq = ANY($15) AND lease_owner = $7 AND $16::boolean
+    UPDATE ` + o + ` SET status = 'done', finished_at = now()
+    WHERE seq = ANY($15) AND ` + laneSQL + ` IN (SELECT lane FROM mine) AND $16::boolean
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM take), (SELECT count(*) FROM free),
@@ -144,7 +155,6 @@ FROM free WHERE x.lane = free.lane
 RETURNING x.lane, free.taken_over`,
 		releaseAllSQL:    `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`,
 		unregisterSQL:    `DELETE FROM ` + r + ` WHERE owner = $1`,
-		releaseLeasesSQL: `UPDATE ` + o + ` SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = $1 AND status = 'pending'`,
 		// Holds whose event is gone or delivered are stale; a hold kept for a
 		// dead event by StopKeyOnDeadLetter is 'infinity' and stays.
 		cleanHoldsSQL: `DELETE FROM ` + h + ` x WHERE NOT EXISTS (
@@ -230,14 +240,14 @@ type row struct {
 	decodeErr   error // a column the relay cannot read: the row is dead-lettered
 }
 
-// claim leases up to limit due rows of the lanes in mask and returns them in
-// seq order. An empty mask claims nothing.
-func (s *store) claim(ctx context.Context, mask uint64, limit int, lease time.Duration, sinkNames []string) ([]row, error) {
+// claim returns up to limit due rows of the lanes in mask, in seq order. An
+// empty mask claims nothing.
+func (s *store) claim(ctx context.Context, mask uint64, limit int, sinkNames []string) ([]row, error) {
 	if mask == 0 {
 		return nil, nil
 	}
 	lowest, highest := bits.TrailingZeros64(mask), laneCount-1-bits.LeadingZeros64(mask)
-	rows, err := s.pool.Query(ctx, s.claimSQL, int64(mask), limit, s.owner, lease, sinkNames, lowest, highest)
+	rows, err := s.pool.Query(ctx, s.claimSQL, int64(mask), limit, sinkNames, lowest, highest)
 	if err != nil {
 		return nil, fmt.Errorf("claiming events: %w", err)
 	}
@@ -379,8 +389,8 @@ func (o *outcome) free(key, sink string, seq int64) {
 	o.freeSeqs = append(o.freeSeqs, seq)
 }
 
-// record writes a batch's outcome in one statement. Rows whose lease this
-// relay lost are left alone: their new owner delivers them again.
+// record writes a batch's outcome in one statement. Rows of lanes this relay
+// lost are left alone: their new owner delivers them again.
 func (s *store) record(ctx context.Context, o *outcome, keepDone bool) error {
 	if len(o.seqs) == 0 && len(o.freeSeqs) == 0 {
 		if len(o.done) == 0 {
@@ -495,15 +505,14 @@ func (s *store) heartbeat(ctx context.Context, lease time.Duration) error {
 	return nil
 }
 
-// releaseAll gives back this relay's lanes and unfinished leases and removes
-// its heartbeat: other relays take over at once instead of after the lease.
+// releaseAll gives back this relay's lanes and removes its heartbeat: other
+// relays take over at once instead of after the lease.
 func (s *store) releaseAll(ctx context.Context) error {
 	b := &pgx.Batch{}
-	b.Queue(s.releaseLeasesSQL, s.owner)
 	b.Queue(s.releaseAllSQL, s.owner)
 	b.Queue(s.unregisterSQL, s.owner)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("releasing leases: %w", err)
+		return fmt.Errorf("releasing lanes: %w", err)
 	}
 	return nil
 }

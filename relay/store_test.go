@@ -42,7 +42,7 @@ func TestClaimTestsLanesOnTheIndex(t *testing.T) {
 		}
 	}
 	var plan strings.Builder
-	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE claim(65535, 1000, 'plan-test', '30 seconds', '{mem}', 0, 15)")
+	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE claim(65535, 1000, '{mem}', 0, 15)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestClaimSkipsHoldLookupsWithoutHolds(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.claimSQL,
-		int64(-1), 1000, "plan-test", "30 seconds", []string{"mem"}, 0, 63)
+		int64(-1), 1000, []string{"mem"}, 0, 63)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,5 +162,69 @@ func TestLanesStayInBlocks(t *testing.T) {
 	}
 	if union != ^uint64(0) {
 		t.Errorf("lanes not held: %064b", ^union)
+	}
+}
+
+// A relay whose lanes were taken over must not record its batch: the new
+// owner delivers those events again, and the old relay's outcome (delivered,
+// or retry) would overwrite theirs. Writes are fenced by lane, and a record
+// in flight keeps its lanes from being taken over until it commits.
+func TestRecordIsFencedByLanes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"}, ev{topic: "t"})
+	const lease = time.Second
+	old := newStore(b.pool, b.tables, "old-relay")
+	if _, _, err := old.refreshLanes(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := old.claim(ctx, ^uint64(0), 10, nil)
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("claimed %d rows: %v", len(rows), err)
+	}
+
+	// While a record holds the old relay's lanes, they cannot be taken.
+	time.Sleep(lease + 100*time.Millisecond)
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, old.deleteSQL, []int64{seqs[0]}, old.owner); err != nil {
+		t.Fatal(err)
+	}
+	next := newStore(b.pool, b.tables, "new-relay")
+	if held, _, err := next.refreshLanes(ctx, lease); err != nil || held != 0 {
+		t.Fatalf("took lanes %064b (%v) while the old relay was recording on them", held, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, "true"); n != 2 {
+		t.Fatalf("%d rows left after the old relay recorded one on its lanes, want 2", n)
+	}
+
+	// Once the lanes are taken over, the old relay's records change nothing.
+	held, takenOver, err := next.refreshLanes(ctx, lease)
+	if err != nil || held != ^uint64(0) || takenOver != ^uint64(0) {
+		t.Fatalf("new relay holds %064b, took over %064b: %v", held, takenOver, err)
+	}
+	if err := old.record(ctx, &outcome{done: seqs[1:]}, false); err != nil {
+		t.Fatal(err)
+	}
+	retry := &outcome{done: seqs[1:2]}
+	retry.update(seqs[2], "pending", 1, time.Now().Add(time.Hour), "boom", []byte(`{}`))
+	if err := old.record(ctx, retry, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, "attempts = 0 AND last_error IS NULL AND available_at <= now()"); n != 2 {
+		t.Fatalf("%d of 2 rows untouched after records by a relay that lost their lanes", n)
+	}
+	if err := next.record(ctx, &outcome{done: seqs[1:]}, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, "true"); n != 0 {
+		t.Fatalf("%d rows left after the new owner recorded them", n)
 	}
 }

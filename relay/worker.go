@@ -27,13 +27,17 @@ type worker struct {
 
 	mask uint64 // lanes held
 	// lanesValidUntil: past it, the lane leases may have been taken over and
-	// keyed events must not be claimed until they are renewed.
+	// no event may be claimed until they are renewed.
 	lanesValidUntil time.Time
+	// lanesExpire is when the lane leases run out unless renewed.
+	lanesExpire time.Time
 	// quarantine holds lanes taken over from a relay whose lease expired,
-	// with the time their keyed events may be claimed: that relay may have
-	// claimed events up to 2/3 of a lease after it last renewed its lanes,
-	// so their leases outlive its lanes by as much. Claiming newer events of
-	// those keys before then would put them ahead of the leased ones.
+	// with the time their events may be claimed. The lanes are the only
+	// lease events have: that relay may have claimed a batch up to 2/3 of a
+	// lease after it last renewed its lanes, and may still be publishing it
+	// for up to PublishTimeout (less than a lease). Claiming the lanes'
+	// events before then would publish them alongside it, and newer events
+	// of a key could overtake its older ones.
 	quarantine map[uint]time.Time
 
 	// stats counts published events per minute, sink and topic, flushed to
@@ -62,7 +66,7 @@ const (
 )
 
 // run loops until ctx ends, then finishes its batch in flight and gives
-// back its leases and lanes.
+// back its lanes.
 func (w *worker) run(ctx, work context.Context) {
 	w.loop(ctx, work)
 	w.upkeep.Wait() // it stops with ctx
@@ -70,7 +74,7 @@ func (w *worker) run(ctx, work context.Context) {
 	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := w.store.releaseAll(releaseCtx); err != nil {
-		w.log.Warn("relay: could not release leases; they expire on their own", "error", err)
+		w.log.Warn("relay: could not release lanes; they expire on their own", "error", err)
 	}
 }
 
@@ -208,6 +212,7 @@ func (w *worker) refreshLanes(ctx context.Context) error {
 	w.mask = mask
 	// Leases were renewed at or after start; trust them for most of a lease.
 	w.lanesValidUntil = start.Add(w.r.cfg.Lease * 2 / 3)
+	w.lanesExpire = start.Add(w.r.cfg.Lease)
 	return nil
 }
 
@@ -233,7 +238,7 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	cfg := w.r.cfg
 	mask := w.claimableLanes(time.Now())
 	start := time.Now()
-	rows, err := w.store.claim(ctx, mask, cfg.BatchSize, cfg.Lease, w.r.sinkNames)
+	rows, err := w.store.claim(ctx, mask, cfg.BatchSize, w.r.sinkNames)
 	if err != nil {
 		return 0, err
 	}
@@ -241,8 +246,6 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	leaseEnd := start.Add(cfg.Lease)
-
 	b := w.newBatch(rows, time.Now())
 	b.plan()
 	pubCtx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
@@ -259,13 +262,14 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	// The record is not overlapped with the next claim: that claim would
 	// walk this batch's rows again while their DELETE runs, and measured
 	// drains were no faster for it (docs/benchmarks.md).
-	return len(rows), w.record(ctx, o, leaseEnd, len(rows))
+	return len(rows), w.record(ctx, o, len(rows))
 }
 
 // record writes a batch's outcome. A passing database failure must not lose
-// it: it is retried until the batch's lease would run out (after that,
-// another relay delivers the events again).
-func (w *worker) record(ctx context.Context, o *outcome, leaseEnd time.Time, n int) error {
+// it: it is retried until this worker's lanes would expire (after that,
+// another relay may own them and delivers their events again). A batch not
+// recorded stays pending, and its events are delivered again.
+func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
@@ -274,8 +278,8 @@ func (w *worker) record(ctx context.Context, o *outcome, leaseEnd time.Time, n i
 			return nil
 		}
 		delay := min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)
-		if time.Now().Add(delay).After(leaseEnd) || ctx.Err() != nil {
-			return fmt.Errorf("recording batch of %d events (they will be redelivered after their lease): %w", n, err)
+		if time.Now().Add(delay).After(w.lanesExpire) || ctx.Err() != nil {
+			return fmt.Errorf("recording batch of %d events (they stay pending and will be delivered again): %w", n, err)
 		}
 		w.log.Warn("relay: recording failed; retrying", "error", err, "attempt", attempt)
 		if !sleep(ctx, delay) {
