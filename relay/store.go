@@ -29,13 +29,13 @@ type store struct {
 	pool  *pgxpool.Pool
 	owner string
 
-	claimSQL, deleteSQL, recordSQL, markDoneSQL     string
-	heartbeatSQL, liveSQL, renewSQL, releaseSQL     string
-	acquireSQL, releaseAllSQL, unregisterSQL        string
-	cleanHoldsSQL, cleanRelaysSQL                   string
-	purgeDoneSQL                                    string
-	statsSQL, statsCleanSQL                         string
-	outboxName, vacuumSQL                           string
+	claimSQL, deleteSQL, recordSQL, markDoneSQL string
+	heartbeatSQL, liveSQL, renewSQL, releaseSQL string
+	acquireSQL, releaseAllSQL, unregisterSQL    string
+	cleanHoldsSQL, cleanRelaysSQL               string
+	purgeDoneSQL                                string
+	statsSQL, statsCleanSQL                     string
+	outboxName, vacuumSQL                       string
 }
 
 func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
@@ -153,8 +153,8 @@ ON CONFLICT (owner) DO UPDATE SET heartbeat_until = excluded.heartbeat_until`,
 UPDATE ` + l + ` x SET owner = $1, lease_until = now() + $2::interval
 FROM free WHERE x.lane = free.lane
 RETURNING x.lane, free.taken_over`,
-		releaseAllSQL:    `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`,
-		unregisterSQL:    `DELETE FROM ` + r + ` WHERE owner = $1`,
+		releaseAllSQL: `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`,
+		unregisterSQL: `DELETE FROM ` + r + ` WHERE owner = $1`,
 		// Holds whose event is gone or delivered are stale; a hold kept for a
 		// dead event by StopKeyOnDeadLetter is 'infinity' and stays.
 		cleanHoldsSQL: `DELETE FROM ` + h + ` x WHERE NOT EXISTS (
