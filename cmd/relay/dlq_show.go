@@ -79,9 +79,6 @@ func writeEvent(out io.Writer, e *deadletter.Event) error {
 	fmt.Fprintf(w, "available_at:\t%s\n", when(e.AvailableAt))
 	fmt.Fprintf(w, "finished_at:\t%s\n", when(e.FinishedAt))
 	fmt.Fprintf(w, "attempts:\t%d (max %s)\n", e.Attempts, maxAttempts)
-	if e.LeaseOwner != "" {
-		fmt.Fprintf(w, "lease:\t%s until %s\n", e.LeaseOwner, when(e.LeaseUntil))
-	}
 	fmt.Fprintf(w, "content_type:\t%s\n", orDash(e.ContentType))
 	fmt.Fprintf(w, "last_error:\t%s\n", orDash(e.LastError))
 	if err := w.Flush(); err != nil {

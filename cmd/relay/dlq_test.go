@@ -305,30 +305,30 @@ func TestStatusCommand(t *testing.T) {
 	url, _ := dbURL(t)
 	b.insertDead(2, "orders.created")
 	b.exec("INSERT INTO " + b.tables.Outbox() + " (topic, created_at) VALUES ('orders.created', now() - interval '90 seconds'), ('users.created', now())")
-	b.exec("INSERT INTO " + b.tables.Outbox() + " (topic, lease_owner, lease_until) VALUES ('users.created', 'r', now() + interval '1 minute')")
+	b.exec("INSERT INTO " + b.tables.Outbox() + " (topic) VALUES ('users.created')")
 	b.exec("INSERT INTO " + b.tables.Stats() + " (minute, sink, topic, published) VALUES (date_trunc('minute', now()), 'hook', 'orders.created', 5)")
 
 	r := runRelay(t, nil, b.args("status", "--json")...)
 	b.check(t, r, 0)
 	var st struct {
 		Total struct {
-			Pending, Leased, Dead, PublishedLastMinute int64
-			Oldest                                     float64 `json:"oldest_pending_age_seconds"`
+			Pending, Dead, PublishedLastMinute int64
+			Oldest                             float64 `json:"oldest_pending_age_seconds"`
 		} `json:"total"`
 		Topics []struct {
-			Topic                 string
-			Pending, Leased, Dead int64
+			Topic         string
+			Pending, Dead int64
 		} `json:"topics"`
 		Sinks []struct {
-			Sink                  string
-			Pending, Leased, Dead int64
-			Published             int64 `json:"published_last_minute"`
+			Sink          string
+			Pending, Dead int64
+			Published     int64 `json:"published_last_minute"`
 		} `json:"sinks"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, r)
 	}
-	if st.Total.Pending != 2 || st.Total.Leased != 1 || st.Total.Dead != 2 || st.Total.Oldest < 89 || len(st.Topics) != 2 {
+	if st.Total.Pending != 3 || st.Total.Dead != 2 || st.Total.Oldest < 89 || len(st.Topics) != 2 {
 		t.Fatalf("status: %+v\n%s", st, r.stdout)
 	}
 	if len(st.Sinks) != 1 || st.Sinks[0].Sink != "hook" || st.Sinks[0].Dead != 2 || st.Sinks[0].Published != 5 {
@@ -351,14 +351,14 @@ routes:
 	}
 	got := map[string]string{}
 	for _, s := range st.Sinks {
-		got[s.Sink] = fmt.Sprintf("%d/%d/%d", s.Pending, s.Leased, s.Dead)
+		got[s.Sink] = fmt.Sprintf("%d/%d", s.Pending, s.Dead)
 	}
-	if got["hook"] != "1/0/2" || got["audit"] != "2/1/0" {
-		t.Fatalf("sinks from routes (pending/leased/dead): %v", got)
+	if got["hook"] != "1/2" || got["audit"] != "3/0" {
+		t.Fatalf("sinks from routes (pending/dead): %v", got)
 	}
 	r = runRelay(t, nil, b.args("status")...)
 	b.check(t, r, 0)
-	for _, want := range []string{"2 pending, 1 leased, 2 dead; oldest pending 1m3", "5 published in the last minute", "TOPIC", "SINK", "orders.created"} {
+	for _, want := range []string{"3 pending, 2 dead; oldest pending 1m3", "5 published in the last minute", "TOPIC", "SINK", "orders.created"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("status lacks %q:\n%s", want, r)
 		}

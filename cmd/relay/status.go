@@ -18,8 +18,8 @@ func newStatusCommand(g *globalFlags) *cobra.Command {
 		Use:   "status",
 		Short: "Show the backlog per topic and per sink, and what was published in the last minute",
 		Long: `Show the backlog of the outbox table per topic and per sink: pending events
-(waiting, including retries and delayed events), leased events (being
-published now), dead letters, the age of the oldest pending event, and the
+(waiting, including retries and delayed events, or being published), dead
+letters, the age of the oldest pending event, and the
 events published in the last minute (an estimate from the per-minute counts
 relays write every few seconds).
 
@@ -58,16 +58,16 @@ sink has tried yet).`,
 
 func writeStatus(out io.Writer, table string, st *deadletter.Status) error {
 	t := st.Total
-	fmt.Fprintf(out, "%s at %s: %d pending, %d leased, %d dead; oldest pending %s; %d published in the last minute\n",
-		table, st.At.UTC().Format(time.RFC3339), t.Pending, t.Leased, t.Dead, age(t.OldestPendingAgeSeconds), t.PublishedLastMinute)
+	fmt.Fprintf(out, "%s at %s: %d pending, %d dead; oldest pending %s; %d published in the last minute\n",
+		table, st.At.UTC().Format(time.RFC3339), t.Pending, t.Dead, age(t.OldestPendingAgeSeconds), t.PublishedLastMinute)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "\nTOPIC\tPENDING\tLEASED\tDEAD\tOLDEST PENDING\tPUBLISHED/1M\t")
+	fmt.Fprintln(w, "\nTOPIC\tPENDING\tDEAD\tOLDEST PENDING\tPUBLISHED/1M\t")
 	for _, x := range st.Topics {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%d\t\n", x.Topic, x.Pending, x.Leased, x.Dead, age(x.OldestPendingAgeSeconds), x.PublishedLastMinute)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t\n", x.Topic, x.Pending, x.Dead, age(x.OldestPendingAgeSeconds), x.PublishedLastMinute)
 	}
-	fmt.Fprintln(w, "\nSINK\tPENDING\tLEASED\tDEAD\tOLDEST PENDING\tPUBLISHED/1M\t")
+	fmt.Fprintln(w, "\nSINK\tPENDING\tDEAD\tOLDEST PENDING\tPUBLISHED/1M\t")
 	for _, x := range st.Sinks {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%d\t\n", x.Sink, x.Pending, x.Leased, x.Dead, age(x.OldestPendingAgeSeconds), x.PublishedLastMinute)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t\n", x.Sink, x.Pending, x.Dead, age(x.OldestPendingAgeSeconds), x.PublishedLastMinute)
 	}
 	return w.Flush()
 }

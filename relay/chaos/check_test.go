@@ -127,17 +127,16 @@ func (e *env) check(db *pgxpool.Pool, prod *producer, unknownFound int, faultsEn
 		}
 	}
 
-	// The table: nothing pending or leased; delivered rows done (kept by
-	// retention); exactly the poison events dead, refused with 400.
-	var pending, leased, done, dead, total int
+	// The table: nothing pending; delivered rows done (kept by retention);
+	// exactly the poison events dead, refused with 400.
+	var pending, done, dead, total int
 	if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE lease_owner IS NOT NULL OR lease_until IS NOT NULL),
        count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'dead'), count(*)
-FROM outbox`).Scan(&pending, &leased, &done, &dead, &total); err != nil {
+FROM outbox`).Scan(&pending, &done, &dead, &total); err != nil {
 		t.Fatalf("reading the outbox: %v", err)
 	}
-	if pending != 0 || leased != 0 {
-		t.Errorf("after draining: %d rows pending, %d leased; want 0 and 0", pending, leased)
+	if pending != 0 {
+		t.Errorf("after draining: %d rows pending, want 0", pending)
 	}
 	if total != len(committed) {
 		t.Errorf("the outbox holds %d rows, the producer committed %d", total, len(committed))
@@ -201,7 +200,7 @@ FROM outbox`).Scan(&pending, &leased, &done, &dead, &total); err != nil {
 	fmt.Fprintf(&b, "  producer: %d transactions, %d failed (%d commits with unknown outcome: %d of their events found committed)\n",
 		txs, failedTxs, unknown, unknownFound)
 	fmt.Fprintf(&b, "  events committed: %d (%d routed to both sinks, %d poison for the webhook only)\n", len(committed), len(wantEvents), len(wantPoison))
-	fmt.Fprintf(&b, "  outbox after drain: %d done, %d dead, %d pending, %d leased\n", done, dead, pending, leased)
+	fmt.Fprintf(&b, "  outbox after drain: %d done, %d dead, %d pending\n", done, dead, pending)
 	for _, r := range reports {
 		fmt.Fprintf(&b, "  %-17s received %6d, unique %6d, duplicates %5d (%.2f%%), missing %d, order violations %d\n",
 			r.name+":", r.received, r.unique, r.duplicates, r.rate(), len(r.missing), len(r.disorder))

@@ -90,7 +90,7 @@ ORDER BY seq LIMIT $10`
 	s.countSQL = `SELECT count(*) FROM ` + o + ` WHERE ` + filterSQL
 	s.showSQL = `SELECT seq, id::text, topic, coalesce(key, ''), status, payload::text, payload_bin,
        coalesce(content_type, ''), headers, created_at, available_at, attempts, max_attempts,
-       coalesce(last_error, ''), deliveries, coalesce(lease_owner, ''), lease_until, finished_at
+       coalesce(last_error, ''), deliveries, finished_at
 FROM ` + o + ` WHERE id = $1`
 	// One batch of a replay: the matching dead rows are made pending again,
 	// due at $11 (the same time for every batch, so the claim takes replayed
@@ -102,7 +102,7 @@ FROM ` + o + ` WHERE id = $1`
     ORDER BY seq LIMIT $10 FOR UPDATE
 ), upd AS (
     UPDATE ` + o + ` o SET status = 'pending', attempts = 0, available_at = $11, last_error = NULL,
-        lease_owner = NULL, lease_until = NULL, finished_at = NULL,
+        finished_at = NULL,
         deliveries = CASE WHEN $12::boolean THEN '{}'::jsonb ELSE coalesce(
             (SELECT jsonb_object_agg(d.key, d.value) FROM jsonb_each(o.deliveries) AS d(key, value)
              WHERE d.value->>'state' = 'done'), '{}'::jsonb) END
@@ -373,8 +373,6 @@ type Event struct {
 	MaxAttempts int                 `json:"max_attempts,omitempty"`
 	LastError   string              `json:"last_error,omitempty"`
 	Deliveries  map[string]Delivery `json:"deliveries"`
-	LeaseOwner  string              `json:"lease_owner,omitempty"`
-	LeaseUntil  time.Time           `json:"lease_until,omitzero"`
 	// FinishedAt is when the event was delivered or dead-lettered.
 	FinishedAt time.Time `json:"finished_at,omitzero"`
 }
@@ -404,17 +402,17 @@ func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 		return nil, &InputError{"id", fmt.Sprintf("%q is not a UUID", truncate(id, 60))}
 	}
 	var (
-		e                       Event
-		payload                 pgtype.Text
-		payloadBin              []byte
-		headers, deliveries     []byte
-		attempts                int32
-		maxAttempts             pgtype.Int4
-		available, lease, finis pgtype.Timestamptz
+		e                   Event
+		payload             pgtype.Text
+		payloadBin          []byte
+		headers, deliveries []byte
+		attempts            int32
+		maxAttempts         pgtype.Int4
+		available, finis    pgtype.Timestamptz
 	)
 	err = s.db.QueryRow(ctx, s.showSQL, pgtype.UUID{Bytes: u, Valid: true}).Scan(&e.Seq, &e.ID, &e.Topic, &e.Key, &e.Status,
 		&payload, &payloadBin, &e.ContentType, &headers, &e.CreatedAt, &available, &attempts, &maxAttempts,
-		&e.LastError, &deliveries, &e.LeaseOwner, &lease, &finis)
+		&e.LastError, &deliveries, &finis)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -428,7 +426,7 @@ func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 		e.Payload = payloadBin
 	}
 	e.Attempts, e.MaxAttempts = int(attempts), int(maxAttempts.Int32)
-	e.AvailableAt, e.LeaseUntil, e.FinishedAt = infinityAware(available), lease.Time, finis.Time
+	e.AvailableAt, e.FinishedAt = infinityAware(available), finis.Time
 	e.Headers = map[string]string{}
 	if err := decodeHeaders(headers, e.Headers); err != nil {
 		return nil, fmt.Errorf("event %s: %w", id, err)

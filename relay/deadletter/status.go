@@ -13,8 +13,7 @@ import (
 func (s *Store) initStatus() {
 	o, st := s.tables.Outbox(), s.tables.Stats()
 	s.statusTopicsSQL = `SELECT topic,
-       count(*) FILTER (WHERE status = 'pending' AND (lease_until IS NULL OR lease_until <= now())),
-       count(*) FILTER (WHERE status = 'pending' AND lease_until > now()),
+       count(*) FILTER (WHERE status = 'pending'),
        count(*) FILTER (WHERE status = 'dead'),
        min(created_at) FILTER (WHERE status = 'pending'),
        now()
@@ -22,20 +21,14 @@ FROM ` + o + ` WHERE status IN ('pending', 'dead')
 GROUP BY topic ORDER BY topic`
 	// Pending events per sink, from their deliveries: a sink counts an
 	// event it has a delivery entry for that is not done.
-	s.statusSinksSQL = `SELECT d.key,
-       count(*) FILTER (WHERE o.lease_until IS NULL OR o.lease_until <= now()),
-       count(*) FILTER (WHERE o.lease_until > now()),
-       min(o.created_at)
+	s.statusSinksSQL = `SELECT d.key, count(*), min(o.created_at)
 FROM ` + o + ` o, jsonb_each(o.deliveries) AS d(key, value)
 WHERE o.status = 'pending' AND d.value->>'state' <> 'done'
 GROUP BY d.key`
 	// Pending events per sink, from the routes: $1 and $2 pair each topic
 	// with a sink its route names; the sink counts the topic's pending
 	// events it has not delivered.
-	s.statusRoutedSQL = `SELECT m.sink,
-       count(*) FILTER (WHERE o.lease_until IS NULL OR o.lease_until <= now()),
-       count(*) FILTER (WHERE o.lease_until > now()),
-       min(o.created_at)
+	s.statusRoutedSQL = `SELECT m.sink, count(*), min(o.created_at)
 FROM ` + o + ` o JOIN unnest($1::text[], $2::text[]) AS m(topic, sink) ON o.topic = m.topic
 WHERE o.status = 'pending' AND coalesce(o.deliveries -> m.sink ->> 'state', '') <> 'done'
 GROUP BY m.sink`
@@ -60,15 +53,13 @@ GROUP BY sink, topic`
 
 // Backlog counts events waiting in one place: a topic, a sink, or all.
 type Backlog struct {
-	// Pending events are waiting to be claimed (due now, or later for
-	// retries and delayed events).
+	// Pending events are not delivered yet: waiting to be claimed (due now,
+	// or later for retries and delayed events) or being published.
 	Pending int64 `json:"pending"`
-	// Leased events are being published by a relay right now.
-	Leased int64 `json:"leased"`
 	// Dead events wait for an operator (relay dlq).
 	Dead int64 `json:"dead"`
-	// OldestPendingAgeSeconds is the age of the oldest pending or leased
-	// event, in seconds; zero when there is none.
+	// OldestPendingAgeSeconds is the age of the oldest pending event, in
+	// seconds; zero when there is none.
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	// PublishedLastMinute estimates the events published in the last 60
 	// seconds, from per-minute counts.
@@ -96,8 +87,8 @@ type Status struct {
 	// Topics has one entry per topic with pending, dead or recently
 	// published events, sorted by topic.
 	Topics []TopicStatus `json:"topics"`
-	// Sinks has one entry per sink, sorted by name. Pending and leased
-	// events are attributed to a sink from their deliveries (an event the
+	// Sinks has one entry per sink, sorted by name. Pending events are
+	// attributed to a sink from their deliveries (an event the
 	// sink has not delivered yet), or from the routes when RouteFunc is
 	// given; dead events to the sinks they failed on.
 	Sinks []SinkStatus `json:"sinks"`
@@ -138,18 +129,18 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 		return fail("the backlog per topic", err)
 	}
 	var (
-		name                  string
-		pending, leased, dead int64
-		oldest                pgtype.Timestamptz
-		oldestAll             time.Time
+		name          string
+		pending, dead int64
+		oldest        pgtype.Timestamptz
+		oldestAll     time.Time
 	)
 	for rows.Next() {
-		if err := rows.Scan(&name, &pending, &leased, &dead, &oldest, &st.At); err != nil {
+		if err := rows.Scan(&name, &pending, &dead, &oldest, &st.At); err != nil {
 			rows.Close()
 			return fail("the backlog per topic", err)
 		}
 		t := topic(name)
-		t.Pending, t.Leased, t.Dead = pending, leased, dead
+		t.Pending, t.Dead = pending, dead
 		if oldest.Valid {
 			t.OldestPendingAgeSeconds = age(st.At, oldest.Time)
 			if oldestAll.IsZero() || oldest.Time.Before(oldestAll) {
@@ -157,7 +148,6 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 			}
 		}
 		st.Total.Pending += pending
-		st.Total.Leased += leased
 		st.Total.Dead += dead
 	}
 	rows.Close()
@@ -173,12 +163,12 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 		st.Total.OldestPendingAgeSeconds = age(st.At, oldestAll)
 	}
 
-	// Pending and leased per sink.
+	// Pending per sink.
 	sinkSQL, sinkArgs := s.statusSinksSQL, []any(nil)
 	if routes != nil {
 		var pairTopics, pairSinks []string
 		for name, t := range topics {
-			if t.Pending+t.Leased == 0 {
+			if t.Pending == 0 {
 				continue
 			}
 			for _, sk := range routes(name) {
@@ -193,12 +183,12 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 		return fail("the backlog per sink", err)
 	}
 	for rows.Next() {
-		if err := rows.Scan(&name, &pending, &leased, &oldest); err != nil {
+		if err := rows.Scan(&name, &pending, &oldest); err != nil {
 			rows.Close()
 			return fail("the backlog per sink", err)
 		}
 		x := sink(name)
-		x.Pending, x.Leased = pending, leased
+		x.Pending = pending
 		if oldest.Valid {
 			x.OldestPendingAgeSeconds = age(st.At, oldest.Time)
 		}
@@ -275,7 +265,7 @@ func cmpString(a, b string) int {
 
 // Totals is the cheap backlog summary the metrics refresh reads.
 type Totals struct {
-	// Pending counts pending events, leased or not.
+	// Pending counts pending events.
 	Pending int64
 	// OldestPendingAge is the age of the oldest pending event; zero when
 	// there is none.

@@ -20,13 +20,13 @@ func TestStatus(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	// orders: 2 pending (one created 10 minutes ago, retrying on hook and
-	// done on kafka), 1 leased, 1 dead on hook. users: 1 pending never tried.
+	// orders: 3 pending (one created 10 minutes ago, retrying on hook and
+	// done on kafka), 1 dead on hook. users: 1 pending never tried.
 	exec(`INSERT INTO ` + o + ` (topic, created_at, deliveries) VALUES
   ('orders', now() - interval '10 minutes', '{"hook": {"state": "retry", "attempts": 2, "at": "2026-01-01T00:00:00Z"}, "kafka": {"state": "done", "attempts": 1, "at": "2026-01-01T00:00:00Z"}}'),
   ('orders', now() - interval '1 minute', '{}'),
   ('users', now() - interval '5 minutes', '{}')`)
-	exec(`INSERT INTO ` + o + ` (topic, lease_owner, lease_until) VALUES ('orders', 'r1', now() + interval '30 seconds')`)
+	exec(`INSERT INTO ` + o + ` (topic) VALUES ('orders')`)
 	exec(`INSERT INTO ` + o + ` (topic, status, finished_at, deliveries) VALUES ('orders', 'dead', now(), '{"hook": {"state": "dead", "attempts": 1, "at": "2026-01-01T00:00:00Z"}}')`)
 	exec(`INSERT INTO ` + o + ` (topic, status, finished_at) VALUES ('orders', 'done', now())`)
 	// Published this minute count whole; two minutes ago not at all.
@@ -39,7 +39,7 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Total.Pending != 3 || st.Total.Leased != 1 || st.Total.Dead != 1 || st.Total.PublishedLastMinute != 9 {
+	if st.Total.Pending != 4 || st.Total.Dead != 1 || st.Total.PublishedLastMinute != 9 {
 		t.Fatalf("total = %+v", st.Total)
 	}
 	if a := st.Total.OldestPendingAgeSeconds; a < 599 || a > 660 {
@@ -48,7 +48,7 @@ func TestStatus(t *testing.T) {
 	if len(st.Topics) != 2 || st.Topics[0].Topic != "orders" || st.Topics[1].Topic != "users" {
 		t.Fatalf("topics = %+v", st.Topics)
 	}
-	if ord := st.Topics[0]; ord.Pending != 2 || ord.Leased != 1 || ord.Dead != 1 || ord.PublishedLastMinute != 7 {
+	if ord := st.Topics[0]; ord.Pending != 3 || ord.Dead != 1 || ord.PublishedLastMinute != 7 {
 		t.Fatalf("orders = %+v", ord)
 	}
 	if us := st.Topics[1]; us.Pending != 1 || us.PublishedLastMinute != 2 || us.OldestPendingAgeSeconds < 299 {
@@ -60,7 +60,7 @@ func TestStatus(t *testing.T) {
 	for _, s := range st.Sinks {
 		sinksByName[s.Sink] = s
 	}
-	if h := sinksByName["hook"]; h.Pending != 1 || h.Leased != 0 || h.Dead != 1 || h.PublishedLastMinute != 2 || h.OldestPendingAgeSeconds < 599 {
+	if h := sinksByName["hook"]; h.Pending != 1 || h.Dead != 1 || h.PublishedLastMinute != 2 || h.OldestPendingAgeSeconds < 599 {
 		t.Fatalf("hook from deliveries = %+v", h)
 	}
 	if k := sinksByName["kafka"]; k.Pending != 0 || k.Dead != 0 || k.PublishedLastMinute != 7 {
@@ -84,15 +84,15 @@ func TestStatus(t *testing.T) {
 	for _, s := range st.Sinks {
 		sinksByName[s.Sink] = s
 	}
-	if h := sinksByName["hook"]; h.Pending != 3 || h.Leased != 1 || h.Dead != 1 {
+	if h := sinksByName["hook"]; h.Pending != 4 || h.Dead != 1 {
 		t.Fatalf("hook from routes = %+v", h)
 	}
-	if k := sinksByName["kafka"]; k.Pending != 1 || k.Leased != 1 || k.Dead != 0 {
+	if k := sinksByName["kafka"]; k.Pending != 2 || k.Dead != 0 {
 		t.Fatalf("kafka from routes = %+v", k)
 	}
 	b, _ := json.Marshal(st)
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil || m["total"].(map[string]any)["pending"] != 3.0 {
+	if err := json.Unmarshal(b, &m); err != nil || m["total"].(map[string]any)["pending"] != 4.0 {
 		t.Fatalf("JSON: %s", b)
 	}
 
