@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,6 +38,11 @@ type Relay struct {
 
 	// tracer is nil when tracing is off.
 	tracer trace.Tracer
+
+	// recorded counts events recorded since the vacuum loop was last asked
+	// to look at dead tuples (vacuumCheck).
+	recorded    atomic.Int64
+	vacuumCheck chan struct{}
 }
 
 type route struct {
@@ -61,6 +67,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		log:         cfg.Logger.With("relay", cfg.Owner),
 		routeCache:  map[string]*route{},
 		pausedSince: map[string]time.Time{},
+		vacuumCheck: make(chan struct{}, 1),
 	}
 	for i := range cfg.Workers {
 		owner := cfg.Owner
@@ -215,14 +222,19 @@ func (r *Relay) Run(ctx context.Context) error {
 	})
 	defer stopAfter()
 
-	var listening sync.WaitGroup
+	var background sync.WaitGroup
 	if !r.cfg.PollOnly {
-		listening.Add(1)
+		background.Add(1)
 		go func() {
-			defer listening.Done()
+			defer background.Done()
 			r.listen(ctx)
 		}()
 	}
+	background.Add(1)
+	go func() {
+		defer background.Done()
+		r.vacuumLoop(ctx)
+	}()
 	r.log.Info("relay: started", "tables", r.cfg.Tables.Outbox(), "workers", len(r.workers),
 		"batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease, "poll_only", r.cfg.PollOnly)
 
@@ -242,7 +254,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}()
 	}
 	working.Wait()
-	listening.Wait()
+	background.Wait()
 	r.log.Info("relay: stopped")
 	return nil
 }

@@ -55,12 +55,8 @@ const (
 	lingerFor   = 250 * time.Millisecond
 	lingerEvery = 5 * time.Millisecond
 	// maintainEvery spaces upkeep: stale holds, the retention cleaner and
-	// the vacuum check.
+	// the periodic vacuum check.
 	maintainEvery = 10 * time.Second
-	// vacuumAfterDeadTuples is the dead-tuple count past which the relay
-	// vacuums the outbox itself. Autovacuum, with the table's settings from
-	// the migration, normally acts well before it.
-	vacuumAfterDeadTuples = 20000
 	// statsEvery spaces the flushes of published counts to the stats table.
 	statsEvery = 5 * time.Second
 )
@@ -157,8 +153,8 @@ func (w *worker) loop(ctx, work context.Context) {
 }
 
 // maintainInBackground runs one round of upkeep off the claim loop, unless
-// the previous round is still running: stale holds and departed relays,
-// delivered rows past retention, and a vacuum when dead tuples pile up.
+// the previous round is still running: stale holds and departed relays, and
+// delivered rows past retention.
 func (w *worker) maintainInBackground(ctx context.Context) {
 	if !w.maintaining.CompareAndSwap(false, true) {
 		return
@@ -173,14 +169,6 @@ func (w *worker) maintainInBackground(ctx context.Context) {
 			}
 		} else if purged > 0 {
 			w.log.Info("relay: removed delivered events past retention", "count", purged)
-		}
-		start := time.Now()
-		if vacuumed, err := w.store.vacuumIfNeeded(ctx, vacuumAfterDeadTuples); err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("relay: vacuum failed", "error", err)
-			}
-		} else if vacuumed {
-			w.log.Debug("relay: vacuumed the outbox", "took", time.Since(start))
 		}
 	}()
 }
@@ -275,6 +263,7 @@ func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 		err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
 		if err == nil {
 			w.r.cfg.Observer.Recorded(n, time.Since(start))
+			w.r.countRecorded(n)
 			return nil
 		}
 		delay := min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)
