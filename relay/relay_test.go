@@ -557,36 +557,39 @@ func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 	}
 }
 
-// TestRelayVacuumsAsItRecords: a relay that records events steadily looks
+// TestRelayVacuumsAsItRecords: a relay keeping up with a steady flow looks
 // at the dead tuples every few thousand events, not only every
 // maintainEvery, so that a high rate cannot pile up more than a few
 // seconds' worth between vacuums.
 func TestRelayVacuumsAsItRecords(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const n = 2*vacuumAfterDeadTuples + 5000
-	for i := 0; i < n; i += 5000 {
-		evs := make([]ev, 5000)
-		for j := range evs {
-			evs[j] = ev{topic: "t", key: fmt.Sprintf("k%d", (i+j)%100)}
-		}
-		b.insert(t, evs...)
-	}
-	// About 10 batches a second: the drain lasts several seconds, as a
-	// steady flow would, and the relay's statistics reach the server.
-	cfg := b.config(t, &testSink{name: "mem", rec: b.rec, delay: 100 * time.Millisecond})
-	cfg.Workers, cfg.BatchSize = 1, 1000
+	cfg := b.config(t, sinks.NewDiscard("discard"))
+	cfg.BatchSize = 1000
 	started := time.Now()
 	b.start(t, cfg)
-	waitFor(t, maintainEvery-time.Second, "a vacuum by the relay", func() bool {
+	// Several thousand events a second, in small transactions the relay keeps
+	// up with.
+	vacuumed := func() bool {
 		var vacuums int64
 		if err := b.pool.QueryRow(context.Background(), `SELECT vacuum_count
 FROM pg_stat_user_tables WHERE relid = to_regclass($1)`, b.tables.Outbox()).Scan(&vacuums); err != nil {
 			t.Fatal(err)
 		}
 		return vacuums > 0
-	})
-	t.Logf("vacuumed %s after the relay started, %d events delivered", time.Since(started).Round(time.Millisecond), len(b.rec.all()))
+	}
+	for i := 0; !vacuumed(); i++ {
+		if time.Since(started) > maintainEvery-time.Second {
+			t.Fatalf("no vacuum by the relay %s after it started, with %d events inserted", time.Since(started).Round(time.Millisecond), i*500)
+		}
+		evs := make([]ev, 500)
+		for j := range evs {
+			evs[j] = ev{topic: "t", key: fmt.Sprintf("k%d", j%100)}
+		}
+		b.insert(t, evs...)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("vacuumed %s after the relay started", time.Since(started).Round(time.Millisecond))
 }
 
 // TestRelayVacuumsItsTable: every delivered event leaves a dead tuple that

@@ -11,9 +11,10 @@ const (
 	// the migration, acts after half as many, but it looks at a database
 	// only once per autovacuum_naptime (a minute by default) and may be off.
 	vacuumAfterDeadTuples = 20000
-	// vacuumCheckEvery is how many events this relay records between two
-	// looks at the outbox's dead tuples (each recorded event leaves one),
-	// besides the look every maintainEvery.
+	// vacuumCheckEvery is how many events this relay records in batches
+	// that were not full (it is keeping up with a flow) between two looks at
+	// the outbox's dead tuples (each recorded event leaves one), besides the
+	// look every maintainEvery.
 	vacuumCheckEvery = 5000
 )
 
@@ -35,7 +36,10 @@ func (r *Relay) countRecorded(n int) {
 // and whenever countRecorded asks. Every delivered event leaves a dead tuple
 // that claims walk past until a vacuum removes it: at 10,000 events/s a
 // look every 10 s let 100,000 pile up between vacuums, and the claims of the
-// last seconds before each one drove the p99 latency up.
+// last seconds before each one drove the p99 latency up. Full batches (a
+// backlog draining) do not ask: a vacuum reads the whole table, most of it
+// still live then, and looking every 5,000 of them made a 200,000-event
+// drain 25 % slower.
 func (r *Relay) vacuumLoop(ctx context.Context) {
 	tick := time.NewTicker(maintainEvery)
 	defer tick.Stop()

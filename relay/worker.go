@@ -263,7 +263,9 @@ func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 		err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
 		if err == nil {
 			w.r.cfg.Observer.Recorded(n, time.Since(start))
-			w.r.countRecorded(n)
+			if n < w.r.cfg.BatchSize {
+				w.r.countRecorded(n)
+			}
 			return nil
 		}
 		delay := min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)
