@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The claim must test a relay's lane range on the claim index's entries
@@ -41,22 +43,7 @@ func TestClaimTestsLanesOnTheIndex(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	var plan strings.Builder
-	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE claim(65535, 1000, '{mem}', 0, 15)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan.WriteString(line + "\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	got := plan.String()
+	got := queryPlan(t, conn, "EXPLAIN EXECUTE claim(65535, 1000, '{mem}', 0, 15)")
 	if !strings.Contains(got, "claim_lane_idx") {
 		t.Fatalf("the claim does not use the claim index:\n%s", got)
 	}
@@ -93,23 +80,8 @@ func TestClaimSkipsHoldLookupsWithoutHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.claimSQL,
+	got := queryPlan(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.claimSQL,
 		int64(-1), 1000, []string{"mem"}, 0, 63)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan strings.Builder
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan.WriteString(line + "\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	got := plan.String()
 	if !strings.Contains(got, "rows=100 ") {
 		t.Fatalf("the claim did not claim the 100 events:\n%s", got)
 	}
@@ -118,6 +90,22 @@ func TestClaimSkipsHoldLookupsWithoutHolds(t *testing.T) {
 			t.Fatalf("the claim looked up holds although there are none:\n%s", got)
 		}
 	}
+}
+
+// queryPlan runs an EXPLAIN and returns its lines.
+func queryPlan(t *testing.T, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // Relays that join one after another end up with a block of neighbouring
