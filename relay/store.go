@@ -40,6 +40,11 @@ type store struct {
 
 func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
 	o, h, l, r, st := t.Outbox(), t.Holds(), t.Lanes(), t.Relays(), t.Stats()
+	// Writes are fenced by lane: a relay records only events of lanes it
+	// still holds. The lanes are locked in share mode, so a relay taking one
+	// over waits for the record in flight, and a record after the takeover
+	// leaves the lane's events to their new owner.
+	ownLane := laneSQL + ` = ANY(ARRAY(SELECT lane FROM ` + l + ` WHERE owner = $2 FOR SHARE))`
 	return &store{
 		pool:  pool,
 		owner: owner,
@@ -93,18 +98,12 @@ LEFT JOIN LATERAL (
     WHERE EXISTS (SELECT 1 FROM ` + h + `)
 ) w ON true
 ORDER BY c.seq`,
-		// Writes are fenced by lane: a relay records only events of lanes it
-		// still holds. The lanes are locked in share mode, so a relay taking
-		// one over waits for the record in flight, and a record after the
-		// takeover leaves the lane's events to their new owner.
-		deleteSQL: `DELETE FROM ` + o + ` WHERE seq = ANY($1)
-  AND ` + laneSQL + ` = ANY(ARRAY(SELECT lane FROM ` + l + ` WHERE owner = $2 FOR SHARE))`,
-		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now()
-WHERE seq = ANY($1)
-  AND ` + laneSQL + ` = ANY(ARRAY(SELECT lane FROM ` + l + ` WHERE owner = $2 FOR SHARE))`,
+		deleteSQL:   `DELETE FROM ` + o + ` WHERE seq = ANY($1) AND ` + ownLane,
+		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now() WHERE seq = ANY($1) AND ` + ownLane,
 		// Everything but the plain happy path in one statement: rows still
 		// pending or dead, holds taken (only for rows of lanes this relay
-		// still holds), holds released, and delivered rows removed or kept.
+		// still holds), holds released, and delivered rows removed or kept;
+		// fenced by lane like the above, the lanes locked once.
 		recordSQL: `WITH mine AS (
     SELECT lane FROM ` + l + ` WHERE owner = $7 FOR SHARE
 ), upd AS (

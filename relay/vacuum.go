@@ -18,10 +18,11 @@ const (
 	vacuumCheckEvery = 5000
 )
 
-// countRecorded adds n recorded events and asks the vacuum loop for a look
-// at the dead tuples every vacuumCheckEvery of them.
+// countRecorded adds a recorded batch of n events and asks the vacuum loop
+// for a look at the dead tuples every vacuumCheckEvery events of batches
+// that were not full.
 func (r *Relay) countRecorded(n int) {
-	if r.recorded.Add(int64(n)) < vacuumCheckEvery {
+	if n >= r.cfg.BatchSize || r.recorded.Add(int64(n)) < vacuumCheckEvery {
 		return
 	}
 	r.recorded.Store(0)

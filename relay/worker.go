@@ -204,7 +204,7 @@ func (w *worker) refreshLanes(ctx context.Context) error {
 	return nil
 }
 
-// claimableLanes is the mask of lanes whose keyed events may be claimed now.
+// claimableLanes is the mask of lanes whose events may be claimed now.
 func (w *worker) claimableLanes(now time.Time) uint64 {
 	if now.After(w.lanesValidUntil) {
 		return 0 // lane leases may have lapsed: claim nothing until renewed
@@ -263,9 +263,7 @@ func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 		err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
 		if err == nil {
 			w.r.cfg.Observer.Recorded(n, time.Since(start))
-			if n < w.r.cfg.BatchSize {
-				w.r.countRecorded(n)
-			}
+			w.r.countRecorded(n)
 			return nil
 		}
 		delay := min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)

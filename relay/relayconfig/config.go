@@ -60,7 +60,8 @@ type Relay struct {
 	// Workers is the number of claim loops in this relay process, each with
 	// its own block of lanes. Defaults to 2.
 	Workers int `yaml:"workers"`
-	// Lease is how long claimed work stays reserved. Defaults to 30s.
+	// Lease is how long a relay's lanes (and so their events) stay reserved
+	// without renewal. Defaults to 30s.
 	Lease time.Duration `yaml:"lease"`
 	// PollInterval is the longest idle wait between polls. Defaults to 1s.
 	PollInterval time.Duration `yaml:"poll_interval"`
