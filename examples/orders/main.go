@@ -36,6 +36,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/heraldhq/herald/examples/orders/healthz"
 	"github.com/heraldhq/herald/examples/orders/shop"
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/outbox"
@@ -93,7 +94,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	}
 	switch {
 	case len(rest) == 1 && rest[0] == "healthcheck":
-		return healthcheck(ctx, s.listen)
+		return healthz.Check(ctx, "-listen", s.listen)
 	case len(rest) > 0:
 		return fmt.Errorf("unknown command %q (want no command, or healthcheck)", strings.Join(rest, " "))
 	}
@@ -197,33 +198,6 @@ func createStream(ctx context.Context, url, name, prefix string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("-nats-stream: creating stream %s on %s.>: %w", name, prefix, err)
-	}
-	return nil
-}
-
-// healthcheck asks the service on listen for /healthz; it is the container's
-// health check (the image has no shell or curl).
-func healthcheck(ctx context.Context, listen string) error {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return fmt.Errorf("-listen: %w", err)
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("healthcheck: %s", resp.Status)
 	}
 	return nil
 }

@@ -495,38 +495,62 @@ func (r *run) drain(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", r.tables.Channel()); err != nil {
 		return fmt.Errorf("notifying the relays: %w", err)
 	}
-	rssScope := "the measured phase (VmHWM reset at its start); includes the recorder and the in-process sink peer"
-	if !resetPeakRSS() {
-		rssScope = "the whole process (peak RSS could not be reset)"
-	}
-	cpu0 := cpuTime()
+	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes the recorder and the in-process sink peer")
 	r.target.Store(int64(cfg.Events))
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("committing the backlog: %w", err)
 	}
-	start := time.Since(r.origin).Nanoseconds()
+	m.start = time.Since(r.origin).Nanoseconds()
 	fmt.Fprintf(cfg.Progress, "inserted in %s; draining with %d relay(s)...\n", time.Since(insertStart).Round(time.Millisecond), cfg.Relays)
 
-	stopReports := r.startReports(ctx, start, nil)
-	err = r.waitFinished(ctx, rs, cfg.Timeout)
-	stopReports()
+	stopReports := r.startReports(ctx, m.start, nil)
+	elapsed, cpu, err := r.awaitDelivery(ctx, rs, m, stopReports, stop)
 	if err != nil {
 		return err
+	}
+	committed := make([]bool, cfg.Events)
+	for i := range committed {
+		committed[i] = true
+	}
+	r.finish(ctx, committed, elapsed, cpu, "the whole process: relays, sink client and its in-process peer (kafka, nats --nats-embedded, webhook), recorder; not PostgreSQL")
+	return nil
+}
+
+// measurement is the measured phase of a run, from start (nanoseconds since
+// the run's origin) until every event's outcome is recorded.
+type measurement struct {
+	start    int64
+	cpu0     time.Duration
+	rssScope string
+}
+
+// startMeasuring resets the peak RSS and reads the CPU time so far; the
+// caller sets start. rssScope says what the peak RSS covers when it could be
+// reset.
+func (r *run) startMeasuring(rssScope string) measurement {
+	if !resetPeakRSS() {
+		rssScope = "the whole process (peak RSS could not be reset)"
+	}
+	return measurement{start: time.Since(r.origin).Nanoseconds(), cpu0: cpuTime(), rssScope: rssScope}
+}
+
+// awaitDelivery waits until the relays have recorded every target event,
+// stops the reports and then the relays, and returns the measured phase's
+// duration in nanoseconds and the CPU time it used; it sets the peak RSS.
+func (r *run) awaitDelivery(ctx context.Context, rs *relays, m measurement, stopReports, stopRelays func()) (int64, time.Duration, error) {
+	err := r.waitFinished(ctx, rs, r.cfg.Timeout)
+	stopReports()
+	if err != nil {
+		return 0, 0, err
 	}
 	end := r.finishedAt.Load()
 	if end == 0 {
 		end = time.Since(r.origin).Nanoseconds()
 	}
-	cpu := cpuTime() - cpu0
-	r.res.PeakRSSBytes, r.res.RSSScope = peakRSS(), rssScope
-	stop()
-
-	committed := make([]bool, cfg.Events)
-	for i := range committed {
-		committed[i] = true
-	}
-	r.finish(ctx, committed, end-start, cpu, "the whole process: relays, sink client and its in-process peer (kafka, nats --nats-embedded, webhook), recorder; not PostgreSQL")
-	return nil
+	cpu := cpuTime() - m.cpu0
+	r.res.PeakRSSBytes, r.res.RSSScope = peakRSS(), m.rssScope
+	stopRelays()
+	return end - m.start, cpu, nil
 }
 
 // finish fills the result's common fields once the relays stopped.

@@ -57,13 +57,8 @@ func (r *run) live(ctx context.Context) error {
 		rate = fmt.Sprintf("%d events/s", cfg.Rate)
 	}
 	fmt.Fprintf(cfg.Progress, "live: %d producers at %s for %s, %d relay(s)...\n", cfg.Producers, rate, cfg.Duration, cfg.Relays)
-	rssScope := "the measured phase (VmHWM reset at its start); includes producers, the recorder and the in-process sink peer"
-	if !resetPeakRSS() {
-		rssScope = "the whole process (peak RSS could not be reset)"
-	}
-	cpu0 := cpuTime()
-	start := time.Since(r.origin).Nanoseconds()
-	stopReports := r.startReports(ctx, start, func() int64 { return r.committed.Load() })
+	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes producers, the recorder and the in-process sink peer")
+	stopReports := r.startReports(ctx, m.start, func() int64 { return r.committed.Load() })
 	p := &producers{r: r, writer: writer, pool: prodPool}
 	n, elapsed := p.run(ctx, cfg.Duration)
 	r.res.Producers.Errors += p.errors.Load()
@@ -76,24 +71,15 @@ func (r *run) live(ctx context.Context) error {
 		return ctx.Err()
 	}
 	r.target.Store(n)
-	err = r.waitFinished(ctx, rs, cfg.Timeout)
-	stopReports()
+	measured, cpu, err := r.awaitDelivery(ctx, rs, m, stopReports, stop)
 	if err != nil {
 		return err
 	}
-	end := r.finishedAt.Load()
-	if end == 0 {
-		end = time.Since(r.origin).Nanoseconds()
-	}
-	cpu := cpuTime() - cpu0
-	r.res.PeakRSSBytes, r.res.RSSScope = peakRSS(), rssScope
-	stop()
-
 	committed := make([]bool, len(r.commitNanos))
 	for i, c := range r.commitNanos {
 		committed[i] = c != 0
 	}
-	r.finish(ctx, committed, end-start, cpu, "the whole process: relays, producers, sink client and its in-process peer, recorder; not PostgreSQL")
+	r.finish(ctx, committed, measured, cpu, "the whole process: relays, producers, sink client and its in-process peer, recorder; not PostgreSQL")
 	r.res.Latency = r.latencies(r.rec.all())
 	return nil
 }

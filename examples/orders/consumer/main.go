@@ -43,6 +43,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/examples/orders/healthz"
 	"github.com/heraldhq/herald/sinks"
 	natssink "github.com/heraldhq/herald/sinks/nats"
 	"github.com/heraldhq/herald/sinks/webhook"
@@ -106,7 +107,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	}
 	switch {
 	case len(rest) == 1 && rest[0] == "healthcheck":
-		return healthcheck(ctx, s.webhookListen)
+		return healthz.Check(ctx, "-webhook-listen", s.webhookListen)
 	case len(rest) > 0:
 		return fmt.Errorf("unknown command %q (want no command, or healthcheck)", strings.Join(rest, " "))
 	}
@@ -358,34 +359,4 @@ func webhookHandler(secret sinks.Secret, p *printer) http.Handler {
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux
-}
-
-// healthcheck asks the webhook listener for /healthz: the container's health
-// check.
-func healthcheck(ctx context.Context, listen string) error {
-	if listen == "" {
-		return errors.New("healthcheck: needs -webhook-listen")
-	}
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return fmt.Errorf("-webhook-listen: %w", err)
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("healthcheck: %s", resp.Status)
-	}
-	return nil
 }
