@@ -122,6 +122,7 @@ The database comes from --database-url, DATABASE_URL or database.url in
 	f.StringVar(&cfg.NATSURL, "nats-url", relaybench.DefaultNATSURL, "nats: JetStream server (a throwaway stream is created and deleted)")
 	f.BoolVar(&cfg.NATSEmbedded, "nats-embedded", false, "nats: start an in-process nats-server instead of --nats-url")
 	f.BoolVar(&cfg.NATSFileStorage, "nats-file-storage", false, "nats: file storage for the stream (default memory)")
+	f.IntVar(&cfg.NATSMaxMsgs, "nats-max-msgs", relaybench.DefaultNATSMaxMsgs, "nats: the stream keeps the newest this many messages (-1: all)")
 	f.IntVar(&cfg.KafkaPartitions, "kafka-partitions", relaybench.DefaultKafkaPartitions, "kafka: partitions of the topic")
 	f.DurationVar(&cfg.Timeout, "timeout", relaybench.DefaultTimeout, "give up waiting for deliveries after this long")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the bench schema instead of dropping it")

@@ -96,6 +96,13 @@ type Config struct {
 	// NATSFileStorage stores the throwaway stream on disk instead of in
 	// memory.
 	NATSFileStorage bool
+	// NATSMaxMsgs caps the throwaway stream at this many messages, the
+	// oldest discarded, as a production stream's limits would: an
+	// unbounded memory stream grows nats-server's heap, and its garbage
+	// collector's work, with every event of a long run. The bench verifies
+	// deliveries by the sink's acknowledgements, never by reading the
+	// stream. Defaults to DefaultNATSMaxMsgs; negative: no cap.
+	NATSMaxMsgs int
 	// KafkaPartitions is the partition count of the in-process Kafka topic.
 	// Defaults to 8.
 	KafkaPartitions int
@@ -117,6 +124,7 @@ const (
 	DefaultProducers       = 4
 	DefaultDuration        = 30 * time.Second
 	DefaultNATSURL         = "nats://127.0.0.1:4222"
+	DefaultNATSMaxMsgs     = 200_000
 	DefaultKafkaPartitions = 8
 	DefaultTimeout         = 5 * time.Minute
 
@@ -163,6 +171,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.NATSURL == "" {
 		c.NATSURL = DefaultNATSURL
+	}
+	if c.NATSMaxMsgs == 0 {
+		c.NATSMaxMsgs = DefaultNATSMaxMsgs
 	}
 	if c.KafkaPartitions == 0 {
 		c.KafkaPartitions = DefaultKafkaPartitions

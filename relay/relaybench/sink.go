@@ -106,6 +106,10 @@ func (d *destinationEnv) startNATS(ctx context.Context, cfg Config, name string,
 		Subjects:   []string{"herald_bench." + name + ".>"},
 		Storage:    storage,
 		Duplicates: 2 * time.Minute,
+		Discard:    jetstream.DiscardOld,
+	}
+	if cfg.NATSMaxMsgs > 0 {
+		stream.MaxMsgs = int64(cfg.NATSMaxMsgs)
 	}
 	if _, err := js.CreateStream(ctx, stream); err != nil {
 		return fmt.Errorf("creating JetStream stream %s on %s: %w", stream.Name, url, err)
