@@ -524,9 +524,9 @@ type measurement struct {
 	rssScope string
 }
 
-// startMeasuring resets the peak RSS and reads the CPU time so far; the
-// caller sets start. rssScope says what the peak RSS covers when it could be
-// reset.
+// startMeasuring resets the peak RSS, reads the CPU time so far and starts
+// the phase now (a drain moves start to its backlog's commit). rssScope says
+// what the peak RSS covers when it could be reset.
 func (r *run) startMeasuring(rssScope string) measurement {
 	if !resetPeakRSS() {
 		rssScope = "the whole process (peak RSS could not be reset)"
