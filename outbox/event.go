@@ -62,8 +62,8 @@ type Event struct {
 	// without NUL.
 	Headers map[string]string
 	// Delay postpones publication: the event is published no earlier than
-	// the database's now() plus Delay at the time of the insert. Must not be
-	// negative, nor set together with AvailableAt.
+	// the database's clock at the insert plus Delay. Must not be negative,
+	// nor set together with AvailableAt.
 	Delay time.Duration
 	// AvailableAt postpones publication to an absolute time. The zero value
 	// means now (or now plus Delay).

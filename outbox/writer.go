@@ -114,10 +114,14 @@ func NewWriter(cfg Config) (*Writer, error) {
 // insertSQL is the one statement that writes a batch: unnest zips the column
 // arrays into rows, WITH ORDINALITY and ORDER BY keep the slice order, so seq
 // follows it. Empty strings stand for NULL key, payload and content type.
+// An event without AvailableAt is due from clock_timestamp(), the time its
+// row is written, as the table's default: with now(), the transaction's
+// start, a transaction that began first but enqueued second would put the
+// key's higher seq first in the claim's (available_at, seq) order.
 func insertSQL(t migrations.Tables) string {
 	return `INSERT INTO ` + t.Outbox() + ` (id, topic, key, payload, payload_bin, content_type, headers, available_at, max_attempts)
 SELECT u.id, u.topic, NULLIF(u.key, ''), NULLIF(u.payload, '')::json, u.payload_bin, NULLIF(u.content_type, ''),
-       u.headers::jsonb, COALESCE(u.available_at, now() + u.delay_us * interval '1 microsecond'), NULLIF(u.max_attempts, 0)
+       u.headers::jsonb, COALESCE(u.available_at, clock_timestamp() + u.delay_us * interval '1 microsecond'), NULLIF(u.max_attempts, 0)
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[], $10::integer[])
      WITH ORDINALITY AS u(id, topic, key, payload, payload_bin, content_type, headers, delay_us, available_at, max_attempts, ord)
 ORDER BY u.ord`

@@ -187,8 +187,8 @@ func TestEnqueueWritesEveryColumn(t *testing.T) {
 			if r.payload.String != jsonText {
 				t.Errorf("row 0 payload = %q, want it byte for byte: %q", r.payload.String, jsonText)
 			}
-			if r.delayMicros != 0 {
-				t.Errorf("row 0: available_at - created_at = %dµs, want 0", r.delayMicros)
+			if r.delayMicros < 0 || r.delayMicros > (5*time.Second).Microseconds() {
+				t.Errorf("row 0: available_at - created_at = %dµs, want the time from the transaction's start to the insert", r.delayMicros)
 			}
 
 			r = rows[1]
@@ -198,8 +198,8 @@ func TestEnqueueWritesEveryColumn(t *testing.T) {
 			if r.headers["X-Tenant"] != "acme" || r.headers["traceparent"] != "00-abc-01" || len(r.headers) != 2 {
 				t.Errorf("row 1 headers = %v", r.headers)
 			}
-			if r.delayMicros != (90 * time.Second).Microseconds() {
-				t.Errorf("row 1: available_at - created_at = %dµs, want 90s (created_at is the insert's now())", r.delayMicros)
+			if d := time.Duration(r.delayMicros) * time.Microsecond; d < 90*time.Second || d > 95*time.Second {
+				t.Errorf("row 1: available_at - created_at = %s, want the insert's time plus 90s (created_at is the transaction's start)", d)
 			}
 
 			r = rows[2]
@@ -311,8 +311,10 @@ func TestDuplicateIDIsRefusedByTheUniqueIndex(t *testing.T) {
 func TestPlainSQLInsertUsesDefaults(t *testing.T) {
 	t.Parallel()
 	b := setup(t, outbox.Config{})
-	_, err := b.pool.Exec(context.Background(),
-		`INSERT INTO `+b.tables.Outbox()+` (topic, key, payload) VALUES ('orders.created', 'order-1', '{"id": 1}')`)
+	// The insert comes 50 ms into its transaction: created_at is the
+	// transaction's start, available_at the insert's time.
+	_, err := b.pool.Exec(context.Background(), `SELECT pg_sleep(0.05);
+INSERT INTO `+b.tables.Outbox()+` (topic, key, payload) VALUES ('orders.created', 'order-1', '{"id": 1}')`)
 	if err != nil {
 		t.Fatalf("plain insert: %v", err)
 	}
@@ -323,8 +325,11 @@ func TestPlainSQLInsertUsesDefaults(t *testing.T) {
 	r := rows[0]
 	if r.id == uuid.Nil || r.key.String != "order-1" || r.payload.String != `{"id": 1}` || r.payloadIsBin ||
 		r.contentType.Valid || len(r.headers) != 0 || r.status != "pending" || r.attempts != 0 ||
-		r.maxAttempts.Valid || r.delayMicros != 0 {
+		r.maxAttempts.Valid {
 		t.Fatalf("defaults not applied: %+v", r)
+	}
+	if d := time.Duration(r.delayMicros) * time.Microsecond; d < 50*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("available_at - created_at = %s, want the 50 ms from the transaction's start to the insert", d)
 	}
 }
 

@@ -1,0 +1,1 @@
+ALTER TABLE {{.Outbox}} ALTER COLUMN available_at SET DEFAULT now();

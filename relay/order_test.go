@@ -1,0 +1,77 @@
+package relay
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/outbox"
+)
+
+// TestKeyOrderWhenTheLaterWriterBeganFirst: transaction B begins; then A
+// begins, enqueues an event of key k and commits; then B enqueues its own
+// event of k, with the higher seq, and commits (as when both update one
+// order and A took its row lock first). With both due and claimed one at a
+// time, A's event must still reach the sink first, although B's transaction
+// began first: events are due from the time of their INSERT, not of their
+// transaction's start.
+func TestKeyOrderWhenTheLaterWriterBeganFirst(t *testing.T) {
+	t.Parallel()
+	writer := func(b *testBundle) func(ctx context.Context, tx pgx.Tx) error {
+		w, err := outbox.NewWriter(outbox.Config{Tables: b.tables, DisableNotify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(ctx context.Context, tx pgx.Tx) error {
+			_, err := w.Enqueue(ctx, tx, outbox.Event{Topic: "orders.paid", Key: "k", Payload: []byte(`{}`)})
+			return err
+		}
+	}
+	plainSQL := func(b *testBundle) func(ctx context.Context, tx pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+b.tables.Outbox()+` (topic, key, payload) VALUES ('orders.paid', 'k', '{}')`)
+			return err
+		}
+	}
+	for name, enqueuer := range map[string]func(*testBundle) func(context.Context, pgx.Tx) error{
+		"outbox.Writer": writer, "INSERT with the table's defaults": plainSQL,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			enqueue := enqueuer(b)
+			ctx := context.Background()
+			txB, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer txB.Rollback(ctx)
+			time.Sleep(20 * time.Millisecond)
+			if err := pgx.BeginFunc(ctx, b.pool, func(txA pgx.Tx) error { return enqueue(ctx, txA) }); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if err := enqueue(ctx, txB); err != nil {
+				t.Fatal(err)
+			}
+			if err := txB.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var first, second int64
+			if err := b.pool.QueryRow(ctx, `SELECT min(seq), max(seq) FROM `+b.tables.Outbox()).Scan(&first, &second); err != nil {
+				t.Fatal(err)
+			}
+
+			sink := &testSink{name: "mem", rec: b.rec}
+			cfg := b.config(t, sink)
+			cfg.BatchSize = 1
+			b.start(t, cfg)
+			waitFor(t, 10*time.Second, "both delivered", func() bool { return len(b.rec.all()) == 2 })
+			if got := seqsInOrder(b.rec.all()); got[0] != first || got[1] != second {
+				t.Fatalf("delivery order %v, want [%d %d]: the older transaction's later event overtook", got, first, second)
+			}
+		})
+	}
+}
