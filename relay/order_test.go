@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -74,4 +76,56 @@ func TestKeyOrderWhenTheLaterWriterBeganFirst(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKeyOrderUnderContendedWriters: writers begin transactions at random
+// moments, lock their key's aggregate row after a random wait, enqueue and
+// commit, while two relays claim small batches. Every key's events reach the
+// sink in seq order.
+func TestKeyOrderUnderContendedWriters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	aggregates := pgx.Identifier{b.tables.Schema, "aggregates"}.Sanitize()
+	if _, err := b.pool.Exec(ctx, `CREATE TABLE `+aggregates+` (key text PRIMARY KEY);
+INSERT INTO `+aggregates+` SELECT 'k' || i FROM generate_series(0, 4) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	w, err := outbox.NewWriter(outbox.Config{Tables: b.tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+		cfg.Owner = fmt.Sprintf("relay-%d", i)
+		cfg.BatchSize = 3
+		b.start(t, cfg)
+	}
+
+	const writers, perWriter = 8, 40
+	errs := make(chan error, writers*perWriter)
+	for i := range writers {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			for range perWriter {
+				key := fmt.Sprintf("k%d", rng.IntN(5))
+				errs <- pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+					time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+					if _, err := tx.Exec(ctx, `SELECT 1 FROM `+aggregates+` WHERE key = $1 FOR UPDATE`, key); err != nil {
+						return err
+					}
+					time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond)
+					_, err := w.Enqueue(ctx, tx, outbox.Event{Topic: "orders.paid", Key: key, Payload: []byte(`{}`)})
+					return err
+				})
+			}
+		}()
+	}
+	for range writers * perWriter {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "all events delivered", func() bool { return len(b.rec.all()) >= writers*perWriter })
+	checkKeyOrder(t, b.rec.all())
 }
