@@ -21,7 +21,7 @@ import (
 // transaction's start.
 func TestKeyOrderWhenTheLaterWriterBeganFirst(t *testing.T) {
 	t.Parallel()
-	writer := func(b *testBundle) func(ctx context.Context, tx pgx.Tx) error {
+	writer := func(t *testing.T, b *testBundle) func(ctx context.Context, tx pgx.Tx) error {
 		w, err := outbox.NewWriter(outbox.Config{Tables: b.tables, DisableNotify: true})
 		if err != nil {
 			t.Fatal(err)
@@ -31,19 +31,19 @@ func TestKeyOrderWhenTheLaterWriterBeganFirst(t *testing.T) {
 			return err
 		}
 	}
-	plainSQL := func(b *testBundle) func(ctx context.Context, tx pgx.Tx) error {
+	plainSQL := func(_ *testing.T, b *testBundle) func(ctx context.Context, tx pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO `+b.tables.Outbox()+` (topic, key, payload) VALUES ('orders.paid', 'k', '{}')`)
 			return err
 		}
 	}
-	for name, enqueuer := range map[string]func(*testBundle) func(context.Context, pgx.Tx) error{
+	for name, enqueuer := range map[string]func(*testing.T, *testBundle) func(context.Context, pgx.Tx) error{
 		"outbox.Writer": writer, "INSERT with the table's defaults": plainSQL,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			enqueue := enqueuer(b)
+			enqueue := enqueuer(t, b)
 			ctx := context.Background()
 			txB, err := b.pool.Begin(ctx)
 			if err != nil {
