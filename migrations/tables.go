@@ -18,7 +18,7 @@ type Tables struct {
 	// Schema is the PostgreSQL schema holding the tables. Defaults to "public".
 	Schema string
 	// Table is the outbox table's name; companion tables are named after it
-	// (outbox_holds, outbox_lanes, outbox_relays, outbox_stats,
+	// (outbox_deliveries, outbox_lanes, outbox_relays, outbox_stats,
 	// outbox_migrations).
 	// Defaults to "outbox".
 	Table string
@@ -65,7 +65,12 @@ func (t Tables) qualified(name string) string {
 // Outbox is the quoted, schema-qualified outbox table.
 func (t Tables) Outbox() string { return t.qualified(t.Table) }
 
-// Holds is the quoted table of per-key, per-sink holds.
+// Deliveries is the quoted table of per-sink delivery queues and dead
+// letters.
+func (t Tables) Deliveries() string { return t.qualified(t.Table + "_deliveries") }
+
+// Holds is the quoted table of per-key, per-sink holds of schema version 4,
+// named only by the migrations that create and replace it.
 func (t Tables) Holds() string { return t.qualified(t.Table + "_holds") }
 
 // Lanes is the quoted table of lane leases.

@@ -2,13 +2,13 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -17,38 +17,44 @@ import (
 	"github.com/heraldhq/herald/sinks"
 )
 
-// forever marks a hold or a parked event waiting for an operator (the key
-// was stopped by a dead letter). It is stored as PostgreSQL 'infinity'.
-var forever = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
-
 // targetStatus is what happens to one event on one sink in one batch.
 type targetStatus uint8
 
 const (
-	tSend        targetStatus = iota // handed to the sink
-	tAlreadyDone                     // delivered in an earlier attempt
-	tAlreadyDead                     // failed for good in an earlier attempt
-	tParked                          // waits behind an earlier event of its key
-	tWaiting                         // waits for its own retry time on this sink
-	tPaused                          // the sink is down
-	tDone                            // delivered now
-	tRetry                           // failed now, will be retried
-	tDead                            // failed now for good
+	tSend   targetStatus = iota // handed to the sink
+	tJoin                       // not sent: it waits behind an earlier event of its key
+	tPaused                     // not sent: the sink is paused
+	tDone                       // delivered (or, on the routing step, routed)
+	tRetry                      // failed; tried again at next
+	tDown                       // not delivered: the sink is down (no attempt counted)
+	tDead                       // failed for good
 )
 
+// target is one event on one sink, or on the routing step, in one batch.
 type target struct {
-	sink    *sinkState
-	status  targetStatus
-	until   time.Time // tParked, tWaiting, tPaused, tRetry: when to look again
-	err     error     // the failure, for tRetry, tDead, tPaused
-	tries   int       // attempts on this sink after this batch
-	batched int       // index in the sink's batch, for tSend
+	item   *item
+	sink   *sinkState // nil for the routing step
+	name   string     // the sink's name; "" for the routing step
+	status targetStatus
+	next   time.Time // tRetry: when to try again
+	err    error     // tRetry, tDown, tPaused, tDead: why
+	tries  int       // attempts on this sink, this batch's included
+	stops  bool      // tDead: the dead letter stops its key
+	// fresh: the event has no delivery on this sink yet (an outbox row, or
+	// a routing-step delivery on a sink); a failure inserts one.
+	fresh   bool
+	batched int // tSend: index in the sink's batch
 }
 
-// rowPlan is one claimed row's work: its targets, or why it is dead at once.
-type rowPlan struct {
-	targets []target
-	deadErr error
+// group is the targets of one key on one sink (or of one event without a
+// key), in seq order: the rule that a failed event holds back its key's
+// later events is applied to it, once, whatever the sink reported.
+type group struct {
+	key     string
+	targets []*target
+	// blocked: an earlier target of the group is not delivered; the later
+	// ones are not sent.
+	blocked bool
 }
 
 type keySink struct{ key, sink string }
@@ -57,7 +63,7 @@ type keySink struct{ key, sink string }
 type sinkBatch struct {
 	sink    *sinkState
 	events  []sinks.Event
-	rows    []int // rows[i] is the row index of events[i]
+	targets []*target // targets[i] is the target of events[i]
 	results []error
 	spans   []trace.Span // spans[i] traces events[i]; nil when tracing is off
 }
@@ -90,132 +96,163 @@ type batch struct {
 	r      *Relay
 	w      *worker
 	now    time.Time
-	rows   []row
-	plans  []rowPlan
+	fresh  []item // outbox rows, in seq order
+	queued []item // deliveries, queue by queue, each head first
+	groups []*group
+	byKey  map[keySink]*group
 	sinks  map[*sinkState]*sinkBatch
 	order  []*sinkBatch
-	counts struct{ done, retried, dead, parked, paused int }
+	counts struct{ done, retried, dead, waiting, paused int }
 }
 
-func (w *worker) newBatch(rows []row, now time.Time) *batch {
-	return &batch{r: w.r, w: w, now: now, rows: rows, plans: make([]rowPlan, len(rows)), sinks: map[*sinkState]*sinkBatch{}}
+func (w *worker) newBatch(fresh, queued []item, now time.Time) *batch {
+	return &batch{r: w.r, w: w, now: now, fresh: fresh, queued: queued,
+		byKey: map[keySink]*group{}, sinks: map[*sinkState]*sinkBatch{}}
 }
 
-// plan decides, in seq order, which sink gets which event now. An event is
-// parked on a sink while an earlier event of its key waits on that sink —
-// a hold from an earlier batch whose event is not in this one, or an
-// earlier event in this batch that is itself parked or whose sink is down.
+// group returns the group of key on sink, creating it; an event without a
+// key is a group of its own.
+func (b *batch) group(sink, key string) *group {
+	if key == "" {
+		g := &group{}
+		b.groups = append(b.groups, g)
+		return g
+	}
+	ks := keySink{key, sink}
+	g := b.byKey[ks]
+	if g == nil {
+		g = &group{key: key}
+		b.byKey[ks] = g
+		b.groups = append(b.groups, g)
+	}
+	return g
+}
+
+// plan decides which sink gets which event now. Queued deliveries come
+// first, each queue head first; then outbox rows in seq order. Within a
+// group, once an event is not sent (it waits, its sink is paused, or it died
+// stopping its key), the later ones are not sent either.
 func (b *batch) plan() {
-	inBatch := make(map[int64]bool, len(b.rows))
-	for i := range b.rows {
-		inBatch[b.rows[i].seq] = true
+	for i := range b.queued {
+		it := &b.queued[i]
+		if it.sink == "" {
+			b.planFresh(it)
+		} else {
+			b.planQueued(it)
+		}
 	}
-	blocked := map[keySink]time.Time{}
-	for i := range b.rows {
-		rw := &b.rows[i]
-		p := &b.plans[i]
-		if rw.decodeErr != nil {
-			p.deadErr = fmt.Errorf("event %s cannot be read: %w", rw.id, rw.decodeErr)
-			continue
-		}
-		route := b.r.route(rw.topic)
-		if route == nil {
-			p.deadErr = fmt.Errorf("no route matches topic %q", rw.topic)
-			continue
-		}
-		p.targets = make([]target, len(route.targets))
-		for j, rt := range route.targets {
-			t := &p.targets[j]
-			t.sink = rt.state
-			prev := rw.deliveries[rt.state.name]
-			t.tries = prev.Attempts
-			switch prev.State {
-			case stateDone:
-				t.status = tAlreadyDone
-				continue
-			case stateDead:
-				t.status = tAlreadyDead
-				continue
-			}
-			ks := keySink{rw.key, rt.state.name}
-			if rw.key != "" {
-				if until, ok := blocked[ks]; ok {
-					t.status, t.until = tParked, until
-					continue
-				}
-				if until, ok := heldOutside(rw.holds, rt.state.name, inBatch); ok {
-					// A hold already due means its event is due too but not
-					// in this batch: look again at once. Parking at now keeps
-					// this event ahead of any of its key inserted later.
-					until = maxTime(until, b.now)
-					t.status, t.until = tParked, until
-					blocked[ks] = until
-					continue
-				}
-			}
-			if prev.State == stateRetry && prev.Next.After(b.now) {
-				// The row came due through another sink; this one keeps its
-				// own retry time (and its hold, so the key stays in order).
-				t.status, t.until = tWaiting, prev.Next
-				if rw.key != "" {
-					blocked[ks] = prev.Next
-				}
-				continue
-			}
-			if until := rt.state.pausedTill(); until.After(b.now) {
-				t.status, t.until = tPaused, until
-				t.err = fmt.Errorf("sink %s is paused after failing as a whole", rt.state.name)
-				if rw.key != "" {
-					blocked[ks] = t.until
-				}
-				continue
-			}
-			ev := b.event(rw, prev.Attempts+1)
-			dest, err := rt.destination(&ev)
-			if err != nil {
-				t.status, t.err = tDead, sinks.Permanent(err)
-				t.tries++
-				if b.r.cfg.StopKeyOnDeadLetter && rw.key != "" {
-					blocked[ks] = forever // as a dead letter from the sink would
-				}
-				continue
-			}
-			ev.Destination = dest
-			sb := b.sinks[rt.state]
-			if sb == nil {
-				sb = &sinkBatch{sink: rt.state}
-				b.sinks[rt.state] = sb
-				b.order = append(b.order, sb)
-			}
-			t.status, t.batched = tSend, len(sb.events)
-			if b.r.tracer != nil {
-				sb.spans = append(sb.spans, b.r.startPublishSpan(&ev, rt.state.name))
-			}
-			sb.events = append(sb.events, ev)
-			sb.rows = append(sb.rows, i)
-		}
+	for i := range b.fresh {
+		b.planFresh(&b.fresh[i])
 	}
 }
 
-// heldOutside returns the latest time among holds on sink whose event is not
-// in this batch (those in the batch are decided by the batch itself).
-func heldOutside(holds []hold, sink string, inBatch map[int64]bool) (time.Time, bool) {
-	var until time.Time
-	found := false
-	for _, h := range holds {
-		if h.sink == sink && !inBatch[h.seq] {
-			if !found || h.until.After(until) {
-				until = h.until
-			}
-			found = true
-		}
+// planQueued plans a delivery claimed from a sink's queue.
+func (b *batch) planQueued(it *item) {
+	g := b.group(it.sink, it.key)
+	t := &target{item: it, name: it.sink, sink: b.r.sinkStates[it.sink], tries: it.attempts}
+	g.targets = append(g.targets, t)
+	if g.blocked {
+		t.status = tJoin
+		return
 	}
-	return until, found
+	route := b.r.route(it.topic)
+	switch {
+	case it.decodeErr != nil:
+		b.kill(g, t, fmt.Errorf("event %s cannot be read: %w", it.id, it.decodeErr), b.stopsKey(it))
+	case route == nil || !route.has(it.sink):
+		// Its sink was removed from the event's route: the event will not
+		// go there, and the key's later events (which do not either) are
+		// not held back by it.
+		b.kill(g, t, fmt.Errorf("sink no longer routed: the route of topic %q does not name sink %s", it.topic, it.sink), false)
+	default:
+		b.planSend(g, t, route.target(it.sink))
+	}
 }
 
-func (b *batch) event(rw *row, attempt int) sinks.Event {
-	return sinks.Event{ID: rw.id, Seq: rw.seq, Topic: rw.topic, Key: rw.key, Payload: rw.payload,
-		ContentType: rw.contentType, Headers: rw.headers, CreatedAt: rw.createdAt, Attempt: attempt}
+// planFresh plans an event not yet routed: an outbox row, or a delivery of
+// the routing step (replayed, or waiting behind one).
+func (b *batch) planFresh(it *item) {
+	rg := b.group("", it.key)
+	rt := &target{item: it, name: "", fresh: !it.delivery}
+	rg.targets = append(rg.targets, rt)
+	if rg.blocked || (!it.delivery && slices.Contains(it.queued, "")) {
+		rt.status = tJoin
+		rg.blocked = true
+		return
+	}
+	if it.decodeErr != nil {
+		b.kill(rg, rt, fmt.Errorf("event %s cannot be read: %w", it.id, it.decodeErr), b.stopsKey(it))
+		return
+	}
+	route := b.r.route(it.topic)
+	if route == nil {
+		b.kill(rg, rt, fmt.Errorf("no route matches topic %q", it.topic), b.stopsKey(it))
+		return
+	}
+	rt.status = tDone
+	for i := range route.targets {
+		rtg := &route.targets[i]
+		if slices.Contains(it.elsewhere, rtg.state.name) {
+			continue // the event waits, or died, there already
+		}
+		g := b.group(rtg.state.name, it.key)
+		t := &target{item: it, sink: rtg.state, name: rtg.state.name, fresh: true}
+		g.targets = append(g.targets, t)
+		if g.blocked || slices.Contains(it.queued, t.name) {
+			t.status = tJoin
+			g.blocked = it.key != ""
+			continue
+		}
+		b.planSend(g, t, rtg)
+	}
+}
+
+// planSend hands t's event to its sink, unless the sink is paused or the
+// destination cannot be rendered.
+func (b *batch) planSend(g *group, t *target, rt *routeTarget) {
+	if until := t.sink.pausedTill(); until.After(b.now) {
+		t.status = tPaused
+		t.err = fmt.Errorf("sink %s is paused after failing as a whole", t.name)
+		g.blocked = t.item.key != ""
+		return
+	}
+	ev := b.event(t.item, t.tries+1)
+	dest, err := rt.destination(&ev)
+	if err != nil {
+		t.tries++
+		b.kill(g, t, sinks.Permanent(err), b.stopsKey(t.item))
+		return
+	}
+	ev.Destination = dest
+	sb := b.sinks[t.sink]
+	if sb == nil {
+		sb = &sinkBatch{sink: t.sink}
+		b.sinks[t.sink] = sb
+		b.order = append(b.order, sb)
+	}
+	t.status, t.batched = tSend, len(sb.events)
+	if b.r.tracer != nil {
+		sb.spans = append(sb.spans, b.r.startPublishSpan(&ev, t.name))
+	}
+	sb.events = append(sb.events, ev)
+	sb.targets = append(sb.targets, t)
+}
+
+// kill makes t a dead letter before it is sent; one that stops its key
+// holds back the rest of its group.
+func (b *batch) kill(g *group, t *target, err error, stops bool) {
+	t.status, t.err, t.stops = tDead, err, stops
+	if stops {
+		g.blocked = true
+	}
+}
+
+// stopsKey reports whether a dead letter of it stops its key.
+func (b *batch) stopsKey(it *item) bool { return b.r.cfg.StopKeyOnDeadLetter && it.key != "" }
+
+func (b *batch) event(it *item, attempt int) sinks.Event {
+	return sinks.Event{ID: it.id, Seq: it.seq, Topic: it.topic, Key: it.key, Payload: it.payload,
+		ContentType: it.contentType, Headers: it.headers, CreatedAt: it.createdAt, Attempt: attempt}
 }
 
 // publish hands each sink its events, all sinks at once, and waits.
@@ -256,18 +293,37 @@ func publishSafely(ctx context.Context, s *sinkState, events []sinks.Event) (res
 // retry delay (an HTTP Retry-After).
 type retryAfter interface{ RetryAfter() time.Duration }
 
-// settle applies the sinks' results to the plans, in seq order, so that a
-// failed event of a key parks the later events of that key on that sink.
+// settle applies the sinks' results to their targets and pauses or resumes
+// each sink.
 func (b *batch) settle() {
-	failedHead := map[keySink]time.Time{}
 	for _, sb := range b.order {
 		var down error
 		delivered := false
-		for _, err := range sb.results {
-			if sinks.IsUnavailable(err) && down == nil {
-				down = err
+		for i, err := range sb.results {
+			t := sb.targets[i]
+			switch {
+			case err == nil:
+				t.status = tDone
+				delivered = true
+			case sinks.IsUnavailable(err):
+				t.status, t.err = tDown, err
+				if down == nil {
+					down = err
+				}
+			case errors.Is(err, sinks.ErrSkipped):
+				t.status, t.err = tJoin, err
+			case sinks.IsPermanent(err):
+				t.tries++
+				t.status, t.err, t.stops = tDead, err, b.stopsKey(t.item)
+			default:
+				t.tries++
+				t.err = err
+				if t.tries >= b.r.maxAttempts(t.item) {
+					t.status, t.stops = tDead, b.stopsKey(t.item)
+				} else {
+					t.status, t.next = tRetry, b.now.Add(b.r.retryDelay(err, t.tries))
+				}
 			}
-			delivered = delivered || err == nil
 		}
 		switch {
 		case down != nil:
@@ -277,196 +333,115 @@ func (b *batch) settle() {
 		}
 		endPublishSpans(sb)
 	}
-	for i := range b.rows {
-		rw := &b.rows[i]
-		p := &b.plans[i]
-		for j := range p.targets {
-			t := &p.targets[j]
-			if t.status != tSend {
-				continue
-			}
-			err := b.sinks[t.sink].results[t.batched]
-			ks := keySink{rw.key, t.sink.name}
-			if err == nil {
-				t.status = tDone
-				b.r.cfg.Observer.Published(t.sink.name, rw.topic, b.now.Sub(rw.createdAt))
-				b.w.countPublished(t.sink.name, rw.topic, b.now)
-				continue
-			}
-			if until, ok := failedHead[ks]; ok && rw.key != "" {
-				// An earlier event of this key failed on this sink in this
-				// call; this one waits for it without spending an attempt.
-				t.status, t.until = tParked, until
-				continue
-			}
-			switch {
-			case sinks.IsUnavailable(err):
-				t.status, t.until, t.err = tPaused, t.sink.pausedTill(), err
-			case errors.Is(err, sinks.ErrSkipped):
-				t.status, t.until = tParked, b.now
-			case sinks.IsPermanent(err):
-				t.status, t.err = tDead, err
-				t.tries++
-			default:
-				t.tries++
-				t.err = err
-				if t.tries >= b.r.maxAttempts(rw) {
-					t.status = tDead
-				} else {
-					t.status, t.until = tRetry, b.now.Add(b.r.retryDelay(err, t.tries))
-				}
-			}
-			if rw.key != "" {
-				switch t.status {
-				case tDead:
-					if b.r.cfg.StopKeyOnDeadLetter {
-						failedHead[ks] = forever
-					} else {
-						failedHead[ks] = b.now
-					}
-				default:
-					failedHead[ks] = t.until
-				}
-			}
-		}
-	}
 }
 
-// outcome turns the settled plans into the rows and holds to write.
+// outcome walks every group in order and turns its targets into the writes
+// of the record. Once a target of a group is not delivered, it is the head
+// of its key's queue on that sink, and every later target of the group
+// waits behind it, whatever the sink reported for it (a sink that sent it
+// anyway sends it again, after the head).
 func (b *batch) outcome() *outcome {
 	o := &outcome{}
-	for i := range b.rows {
-		rw := &b.rows[i]
-		p := &b.plans[i]
-		if p.deadErr != nil {
-			b.counts.dead++
-			b.r.logEvent(rw, "", "relay: event dead-lettered", p.deadErr)
-			b.r.cfg.Observer.DeadLettered(rw.topic)
-			for sink, d := range rw.deliveries {
-				if holds(d) && rw.key != "" {
-					o.free(rw.key, sink, rw.seq)
-				}
+	for _, it := range b.fresh {
+		o.outboxSeqs = append(o.outboxSeqs, it.seq)
+		o.outboxKeys = append(o.outboxKeys, pgtype.Text{String: it.key, Valid: it.key != ""})
+	}
+	for _, g := range b.groups {
+		wrote := false
+		waiting := false // an earlier target is not delivered
+		for _, t := range g.targets {
+			status := t.status
+			if waiting && g.key != "" && status != tJoin {
+				status = tJoin
 			}
-			o.update(rw.seq, stateDead, rw.attempts, b.now, p.deadErr.Error(), encodeDeliveries(rw.deliveries))
-			continue
+			wrote = b.settleTarget(o, t, status) || wrote
+			switch status {
+			case tJoin, tPaused, tDown, tRetry:
+				waiting = true
+			case tDead:
+				waiting = waiting || t.stops
+			}
 		}
-		b.settleRow(rw, p, o)
+		if wrote && g.key != "" {
+			o.promoteKeys = append(o.promoteKeys, g.key)
+			o.promoteSinks = append(o.promoteSinks, g.targets[0].name)
+		}
 	}
 	return o
 }
 
-func (b *batch) settleRow(rw *row, p *rowPlan, o *outcome) {
-	var (
-		finished  = true
-		anyDead   = false
-		changed   = false
-		next      time.Time
-		errs      []string
-		deadErrs  []string
-		attempts  = rw.attempts
-		newStates = map[string]delivery{}
-	)
-	for j := range p.targets {
-		t := &p.targets[j]
-		name := t.sink.name
-		prev := rw.deliveries[name]
-		switch t.status {
-		case tAlreadyDone:
-			continue
-		case tAlreadyDead:
-			anyDead = true
-			deadErrs = append(deadErrs, name+": "+prev.Error)
-			continue
-		case tDone:
-			newStates[name] = delivery{State: stateDone, Attempts: t.tries + 1, At: b.now}
-			changed = true
-		case tDead:
-			anyDead, changed = true, true
-			msg := t.err.Error()
-			newStates[name] = delivery{State: stateDead, Attempts: t.tries, Error: msg, At: b.now}
-			deadErrs = append(deadErrs, name+": "+msg)
-			b.r.cfg.Observer.Failed(name, rw.topic, "dead")
-			b.r.logEvent(rw, name, "relay: delivery failed for good", t.err)
-		case tRetry, tPaused:
-			finished, changed = false, true
-			msg := t.err.Error()
-			newStates[name] = delivery{State: stateRetry, Attempts: t.tries, Error: msg, At: b.now, Next: t.until}
-			errs = append(errs, name+": "+msg)
-			if t.status == tRetry {
-				b.counts.retried++
-				b.r.cfg.Observer.Failed(name, rw.topic, "retry")
-				b.r.logEvent(rw, name, "relay: delivery failed, will retry", t.err, "retry_at", t.until)
-			} else {
-				b.counts.paused++
-				b.r.cfg.Observer.Failed(name, rw.topic, "paused")
-			}
-			if rw.key != "" {
-				o.take(rw.key, name, rw.seq, t.until)
-			}
-		case tParked:
-			// It holds the sink too, so that events of its key written later
-			// wait for it even after the event it waits behind is delivered.
-			finished, changed = false, true
-			b.counts.parked++
-			state := stateWait
-			if prev.State == stateRetry {
-				state = stateRetry
-			}
-			newStates[name] = delivery{State: state, Attempts: prev.Attempts, Error: prev.Error, At: b.now, Next: t.until}
-			if rw.key != "" {
-				o.take(rw.key, name, rw.seq, t.until)
-			}
-		case tWaiting:
-			finished = false
+// settleTarget adds the writes of one target whose status is final, and
+// reports whether it wrote anything.
+func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
+	it := t.item
+	switch status {
+	case tDone:
+		switch {
+		case t.sink != nil:
+			b.counts.done++
+			b.r.cfg.Observer.Published(t.name, it.topic, b.now.Sub(it.createdAt))
+			b.w.countPublished(t.name, it.topic, b.now)
+		case !it.delivery:
+			return false // routed: the outbox row goes with the batch
 		}
-		if t.status == tParked || t.status == tWaiting || t.status == tRetry || t.status == tPaused {
-			if next.IsZero() || t.until.Before(next) {
-				next = t.until
-			}
+		if t.fresh {
+			return false
 		}
-		attempts = max(attempts, t.tries)
-		// A hold this event had on the sink ends when it is settled there.
-		if holds(prev) && rw.key != "" && (t.status == tDone || t.status == tDead) {
-			if t.status == tDead && b.r.cfg.StopKeyOnDeadLetter {
-				o.take(rw.key, name, rw.seq, forever)
-			} else {
-				o.free(rw.key, name, rw.seq)
-			}
+		o.delete(t.name, it.seq)
+		return true
+
+	case tJoin:
+		// Not attempted as far as its key's order goes, whatever the sink
+		// did: no attempt is counted.
+		b.counts.waiting++
+		if t.fresh {
+			o.insert(it, t.name, "waiting", false, 0, time.Time{}, nil)
+			return true
 		}
-	}
-	if finished && !anyDead {
-		b.counts.done++
-		o.done = append(o.done, rw.seq)
-		return
-	}
-	deliveries := rw.deliveries
-	if changed {
-		deliveries = make(map[string]delivery, len(rw.deliveries)+len(newStates))
-		for k, v := range rw.deliveries {
-			deliveries[k] = v
+		return false // it waits already, untouched
+
+	case tPaused, tDown:
+		b.counts.paused++
+		b.r.cfg.Observer.Failed(t.name, it.topic, "paused")
+		switch {
+		case t.fresh:
+			o.insert(it, t.name, "ready", false, t.tries, time.Time{}, t.err)
+		case it.head:
+			return false // the head stays due; nothing to write while its sink is down
+		default:
+			o.heads.add(it.seq, t.name, "ready", false, t.tries, time.Time{}, t.err)
 		}
-		for k, v := range newStates {
-			deliveries[k] = v
+		return true
+
+	case tRetry:
+		b.counts.retried++
+		b.r.cfg.Observer.Failed(t.name, it.topic, "retry")
+		b.r.logEvent(it, t.name, "relay: delivery failed, will retry", t.err, "retry_at", t.next)
+		if t.fresh {
+			o.insert(it, t.name, "ready", false, t.tries, t.next, t.err)
+		} else {
+			o.heads.add(it.seq, t.name, "ready", false, t.tries, t.next, t.err)
 		}
-	}
-	if finished {
+		return true
+
+	case tDead:
 		b.counts.dead++
-		b.r.cfg.Observer.DeadLettered(rw.topic)
-		if b.r.cfg.StopKeyOnDeadLetter && rw.key != "" {
-			for name, d := range newStates {
-				if d.State == stateDead {
-					o.take(rw.key, name, rw.seq, forever)
-				}
-			}
+		if t.sink != nil {
+			b.r.cfg.Observer.Failed(t.name, it.topic, "dead")
 		}
-		o.update(rw.seq, stateDead, attempts, b.now, strings.Join(deadErrs, "; "), encodeDeliveries(deliveries))
-		return
+		b.r.cfg.Observer.DeadLettered(it.topic)
+		b.r.logEvent(it, t.name, "relay: event dead-lettered", t.err, "stops_key", t.stops)
+		switch {
+		case t.fresh:
+			o.insert(it, t.name, "dead", t.stops, t.tries, time.Time{}, t.err)
+		case t.stops:
+			o.heads.add(it.seq, t.name, "dead", true, t.tries, time.Time{}, t.err)
+		default:
+			o.demote.add(it.seq, t.name, "dead", false, t.tries, time.Time{}, t.err)
+		}
+		return true
 	}
-	lastErr := strings.Join(errs, "; ")
-	if lastErr == "" {
-		lastErr = strings.Join(deadErrs, "; ")
-	}
-	o.update(rw.seq, "pending", attempts, next, lastErr, encodeDeliveries(deliveries))
+	return false
 }
 
 // startPublishSpan starts the span of one event on one sink, as a child of
@@ -504,25 +479,3 @@ func endPublishSpans(sb *sinkBatch) {
 		span.End()
 	}
 }
-
-func encodeDeliveries(d map[string]delivery) []byte {
-	if len(d) == 0 {
-		return []byte("{}")
-	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		// A map of plain structs always marshals.
-		return []byte("{}")
-	}
-	return b
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// holds reports whether an event in this delivery state holds its sink.
-func holds(d delivery) bool { return d.State == stateRetry || d.State == stateWait }

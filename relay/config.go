@@ -51,7 +51,10 @@ type Config struct {
 	// SinkPause spaces probes of a sink that is down. Defaults to 1s doubling
 	// to 1m with 20% jitter.
 	SinkPause Backoff
-	// PublishTimeout bounds one Publish call. Defaults to Lease/2.
+	// PublishTimeout bounds one Publish call; at most Lease/2, so that a
+	// relay that stops renewing its lanes has finished publishing before
+	// another relay may claim their events. A publish also ends when the
+	// lanes' lease would run out. Defaults to Lease/2.
 	PublishTimeout time.Duration
 	// Retention keeps delivered rows (status done) for this long, removed by
 	// a cleaner in bounded batches; 0 deletes them as soon as they are
@@ -258,8 +261,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay.poll_interval: must be positive, got %s", c.PollInterval)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("relay.max_attempts: must be at least 1, got %d", c.MaxAttempts)
-	case c.PublishTimeout <= 0 || c.PublishTimeout >= c.Lease:
-		return fmt.Errorf("relay.publish_timeout: must be positive and below relay.lease (%s), got %s", c.Lease, c.PublishTimeout)
+	case c.PublishTimeout <= 0 || c.PublishTimeout > c.Lease/2:
+		return fmt.Errorf("relay.publish_timeout: must be positive and at most half of relay.lease (%s), got %s", c.Lease/2, c.PublishTimeout)
 	case c.Retention < 0:
 		return fmt.Errorf("relay.retention: must not be negative, got %s", c.Retention)
 	case c.ShutdownTimeout <= 0:

@@ -247,6 +247,15 @@ func (b *testBundle) count(t testing.TB, where string) int {
 	return n
 }
 
+func (b *testBundle) countDeliveries(t testing.TB, where string) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.tables.Deliveries()+" WHERE "+where).Scan(&n); err != nil {
+		t.Fatalf("counting deliveries: %v", err)
+	}
+	return n
+}
+
 // checkKeyOrder fails if, at one sink, a key's events arrived out of seq
 // order once re-deliveries of the same event are removed.
 func checkKeyOrder(t testing.TB, got []received) {

@@ -1,31 +1,25 @@
 package relay
 
-import (
-	"fmt"
+import "github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-)
-
-// ParsePoolConfig parses a database URL into a pool configuration suited to
-// a relay (see ConfigurePool).
-func ParsePoolConfig(url string) (*pgxpool.Config, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("parsing database URL: %w", err)
-	}
-	ConfigurePool(cfg)
-	return cfg, nil
-}
+// PoolSize is the number of connections a relay with this many workers
+// (Config.Workers, after defaults) uses at once: one per claim loop, one held
+// by LISTEN, one for upkeep and vacuum, one for the admin server's and
+// metrics' reads. Give the relay a pool of its own with at least this many
+// (pgxpool's default, max(4, number of CPUs), is often fewer).
+func PoolSize(workers int) int32 { return int32(workers) + 3 }
 
 // ConfigurePool sets the session settings a relay's connections should use,
-// unless the URL already chose them:
+// unless the URL already chose them. Apply it only to a pool dedicated to
+// the relay: on a pool the application shares, synchronous_commit=off would
+// make the application's own commits asynchronous too.
 //
-//   - synchronous_commit=off. A relay only writes bookkeeping (leases,
-//     outcomes, holds); if PostgreSQL crashes before such a commit reaches
-//     disk, the row reappears as it was and is delivered again. Nothing is
-//     lost: the events themselves were committed durably by their producers.
-//     It spares every claim and record a WAL flush, which is most of their
-//     latency.
+//   - synchronous_commit=off. A relay only writes bookkeeping (outcomes,
+//     deliveries, lanes); if PostgreSQL crashes before such a commit reaches
+//     disk, the rows reappear as they were and the events are delivered
+//     again. Nothing is lost: the events themselves were committed durably
+//     by their producers. It spares every claim and record a WAL flush,
+//     which is most of their latency.
 //   - plan_cache_mode=force_generic_plan. The relay runs the same few
 //     prepared statements thousands of times a second; PostgreSQL would
 //     otherwise plan the claim afresh on each call (about 1–2 ms, more than

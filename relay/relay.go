@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +29,10 @@ type Relay struct {
 	routeMu    sync.Mutex
 	routeCache map[string]*route
 
-	// sinkNames lists every sink of every route, for the claim's hold lookup.
-	sinkNames []string
+	// sinkStates holds every sink of every route by name; sinkNames lists
+	// them, sorted.
+	sinkStates map[string]*sinkState
+	sinkNames  []string
 
 	// pausedMu guards pausedSince (sink → paused since), written when a
 	// sink is paused or resumed and read by PausedSinks.
@@ -66,8 +69,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		pool:        pool,
 		log:         cfg.Logger.With("relay", cfg.Owner),
 		routeCache:  map[string]*route{},
+		sinkStates:  map[string]*sinkState{},
 		pausedSince: map[string]time.Time{},
 		vacuumCheck: make(chan struct{}, 1),
+	}
+	if conns, least := pool.Config().MaxConns, PoolSize(cfg.Workers)-1; conns < least {
+		r.log.Warn("relay: the connection pool is smaller than the relay needs; its loops will wait for each other",
+			"max_conns", conns, "needed", PoolSize(cfg.Workers))
 	}
 	for i := range cfg.Workers {
 		owner := cfg.Owner
@@ -82,29 +90,55 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			wake:   make(chan struct{}, 1),
 			relane: make(chan struct{}, 1),
 			stats:  map[statKey]int64{},
+			skip:   map[int64]skipEntry{},
 		})
 	}
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer("github.com/heraldhq/herald/relay")
 	}
-	states := map[string]*sinkState{}
 	for _, rc := range cfg.Routes {
 		rt := route{patterns: rc.Topics}
 		for _, t := range rc.Targets {
-			st := states[t.Sink.Name()]
+			st := r.sinkStates[t.Sink.Name()]
 			if st == nil {
 				st = &sinkState{Sink: t.Sink, name: t.Sink.Name()}
 				if c, ok := t.Sink.(sinks.ConcurrentPublisher); ok {
 					st.concurrent = c.PublishesConcurrently()
 				}
-				states[st.name] = st
+				r.sinkStates[st.name] = st
 				r.sinkNames = append(r.sinkNames, st.name)
 			}
 			rt.targets = append(rt.targets, routeTarget{Target: t, state: st})
 		}
 		r.routes = append(r.routes, rt)
 	}
+	slices.Sort(r.sinkNames)
 	return r, nil
+}
+
+// has reports whether the route sends to the sink named sink.
+func (rt *route) has(sink string) bool { return rt.target(sink) != nil }
+
+// target returns the route's target for the sink named sink, or nil.
+func (rt *route) target(sink string) *routeTarget {
+	for i := range rt.targets {
+		if rt.targets[i].state.name == sink {
+			return &rt.targets[i]
+		}
+	}
+	return nil
+}
+
+// queueSinks lists the queues to claim from at now: the routing step's
+// ("") and every sink's that is not paused.
+func (r *Relay) queueSinks(now time.Time) []string {
+	out := make([]string, 1, len(r.sinkNames)+1)
+	for _, name := range r.sinkNames {
+		if !r.sinkStates[name].pausedTill().After(now) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // route returns the first route matching topic, or nil.
@@ -133,9 +167,9 @@ func (r *Relay) route(topic string) *route {
 	return found
 }
 
-func (r *Relay) maxAttempts(rw *row) int {
-	if rw.maxAttempts > 0 {
-		return rw.maxAttempts
+func (r *Relay) maxAttempts(it *item) int {
+	if it.maxAttempts > 0 {
+		return it.maxAttempts
 	}
 	return r.cfg.MaxAttempts
 }
@@ -194,13 +228,13 @@ func (r *Relay) PausedSinks() map[string]time.Time {
 	return out
 }
 
-func (r *Relay) logEvent(rw *row, sink, msg string, err error, attrs ...any) {
-	attrs = append(attrs, "event_id", rw.id, "topic", rw.topic)
+func (r *Relay) logEvent(it *item, sink, msg string, err error, attrs ...any) {
+	attrs = append(attrs, "event_id", it.id, "topic", it.topic)
 	if sink != "" {
 		attrs = append(attrs, "sink", sink)
 	}
-	if rw.key != "" {
-		attrs = append(attrs, "key", rw.key)
+	if it.key != "" {
+		attrs = append(attrs, "key", it.key)
 	}
 	attrs = append(attrs, "error", err)
 	r.log.Warn(msg, attrs...)
@@ -209,10 +243,27 @@ func (r *Relay) logEvent(rw *row, sink, msg string, err error, attrs ...any) {
 // Run delivers events until ctx ends, then stops claiming, finishes and
 // records the batch in flight (within ShutdownTimeout), gives back its
 // lanes and returns nil. It returns an error only when it cannot start:
-// the schema is missing or newer than this relay.
+// the schema is missing or newer than this relay, or a relay with the same
+// owner name is running (the two would share lanes).
 func (r *Relay) Run(ctx context.Context) error {
 	if err := migrations.Check(ctx, r.pool, r.cfg.Tables); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return err
+	}
+	for _, w := range r.workers {
+		until, err := w.store.ownerLive(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if !until.IsZero() {
+			return fmt.Errorf("relay.owner: a relay named %q is already running (its heartbeat lasts until %s); "+
+				"two relays with one name would share lanes", w.store.owner, until.UTC().Format(time.RFC3339))
+		}
 	}
 	// Work in flight may outlive ctx by ShutdownTimeout.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -96,7 +95,7 @@ func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
 		t.Fatalf("first delivery was seq %d, want the other key's %d", first.seq, seqs[2])
 	}
 	// Attempts at ~0, 200, 600, 1400 ms: dead after the fourth.
-	waitFor(t, 10*time.Second, "dead letter", func() bool { return b.count(t, "status = 'dead'") == 1 })
+	waitFor(t, 10*time.Second, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead'") == 1 })
 	elapsed := time.Since(start)
 	if elapsed < 1400*time.Millisecond {
 		t.Fatalf("dead-lettered after %s; backoff of 200ms+400ms+800ms not respected", elapsed)
@@ -105,18 +104,13 @@ func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
 		t.Fatalf("sink saw %d attempts, want 4", got)
 	}
 	var attempts int
-	var lastErr string
-	var deliveries []byte
-	if err := b.pool.QueryRow(context.Background(), "SELECT attempts, last_error, deliveries FROM "+b.tables.Outbox()+" WHERE seq = $1",
-		seqs[0]).Scan(&attempts, &lastErr, &deliveries); err != nil {
+	var state, lastErr string
+	if err := b.pool.QueryRow(context.Background(), "SELECT state, attempts, last_error FROM "+b.tables.Deliveries()+" WHERE sink = 'mem' AND seq = $1",
+		seqs[0]).Scan(&state, &attempts, &lastErr); err != nil {
 		t.Fatal(err)
 	}
-	if attempts != 4 || !strings.Contains(lastErr, "mem: attempt 4: boom") {
-		t.Fatalf("dead row: attempts %d, last_error %q", attempts, lastErr)
-	}
-	var d map[string]delivery
-	if err := json.Unmarshal(deliveries, &d); err != nil || d["mem"].State != stateDead || d["mem"].Attempts != 4 {
-		t.Fatalf("deliveries = %s (%v)", deliveries, err)
+	if state != "dead" || attempts != 4 || !strings.Contains(lastErr, "attempt 4: boom") {
+		t.Fatalf("dead letter: state %s, attempts %d, last_error %q", state, attempts, lastErr)
 	}
 	// Once the head is dead, the key moves on: its follower is delivered.
 	waitFor(t, 5*time.Second, "follower delivered", func() bool { return len(b.rec.all()) >= 2 })
@@ -127,11 +121,7 @@ func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
 	if got[1].at.Sub(start) < 1400*time.Millisecond {
 		t.Fatalf("follower delivered %s after start, before its head was dead-lettered", got[1].at.Sub(start))
 	}
-	waitFor(t, 5*time.Second, "holds cleared", func() bool {
-		var n int
-		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.tables.Holds()).Scan(&n)
-		return n == 0
-	})
+	waitFor(t, 5*time.Second, "queue emptied", func() bool { return b.countDeliveries(t, "state <> 'dead'") == 0 })
 }
 
 func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
@@ -150,13 +140,13 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 		t.Fatalf("delivered seq %d, want %d", got, seqs[1])
 	}
 	var attempts int
-	var status, lastErr string
-	if err := b.pool.QueryRow(context.Background(), "SELECT status, attempts, last_error FROM "+b.tables.Outbox()+" WHERE seq = $1",
-		seqs[0]).Scan(&status, &attempts, &lastErr); err != nil {
+	var state, lastErr string
+	if err := b.pool.QueryRow(context.Background(), "SELECT state, attempts, last_error FROM "+b.tables.Deliveries()+" WHERE sink = 'mem' AND seq = $1",
+		seqs[0]).Scan(&state, &attempts, &lastErr); err != nil {
 		t.Fatal(err)
 	}
-	if status != "dead" || attempts != 1 || !strings.Contains(lastErr, "rejected: boom") {
-		t.Fatalf("row: status %s attempts %d last_error %q", status, attempts, lastErr)
+	if state != "dead" || attempts != 1 || !strings.Contains(lastErr, "rejected: boom") {
+		t.Fatalf("dead letter: state %s attempts %d last_error %q", state, attempts, lastErr)
 	}
 }
 
@@ -248,10 +238,10 @@ func TestSinkDownLosesAndDeadLettersNothing(t *testing.T) {
 	// far longer than max_attempts × backoff.
 	waitFor(t, 10*time.Second, "up sink received all", func() bool { return len(b.rec.forSink("up")) >= 60 })
 	time.Sleep(time.Second)
-	if n := b.count(t, "status = 'dead'"); n != 0 {
+	if n := b.countDeliveries(t, "state = 'dead'"); n != 0 {
 		t.Fatalf("%d events dead-lettered while their sink was down", n)
 	}
-	if n := b.count(t, "attempts > 0"); n != 0 {
+	if n := b.countDeliveries(t, "attempts > 0"); n != 0 {
 		t.Fatalf("%d events spent attempts while their sink was down", n)
 	}
 	down.Store(false)
@@ -300,9 +290,9 @@ func TestNoRouteDeadLettersWithReason(t *testing.T) {
 	cfg.Routes = []Route{{Topics: []string{"orders.*"}, Targets: []Target{{Sink: &testSink{name: "mem", rec: b.rec}}}}}
 	b.insert(t, ev{topic: "invoices.sent"}, ev{topic: "orders.paid"})
 	b.start(t, cfg)
-	waitFor(t, 5*time.Second, "dead letter", func() bool { return b.count(t, "status = 'dead'") == 1 })
+	waitFor(t, 5*time.Second, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead' AND sink = ''") == 1 })
 	var lastErr string
-	if err := b.pool.QueryRow(context.Background(), "SELECT last_error FROM "+b.tables.Outbox()+" WHERE status = 'dead'").Scan(&lastErr); err != nil {
+	if err := b.pool.QueryRow(context.Background(), "SELECT last_error FROM "+b.tables.Deliveries()+" WHERE state = 'dead'").Scan(&lastErr); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(lastErr, `no route matches topic "invoices.sent"`) {
@@ -344,7 +334,7 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 	if _, _, err := dead.refreshLanes(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := dead.claim(ctx, ^uint64(0), 10, nil)
+	rows, _, err := dead.claim(ctx, ^uint64(0), 10, []string{""}, nil)
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("crashed relay claimed %d rows: %v", len(rows), err)
 	}
@@ -415,11 +405,11 @@ func TestStopKeyOnDeadLetterHoldsTheKey(t *testing.T) {
 			if len(got) != 1 || got[0].seq != seqs[2] {
 				t.Fatalf("deliveries %+v: only key j should pass while key k is stopped", got)
 			}
-			if n := b.count(t, "status = 'dead'"); n != 1 {
-				t.Fatalf("%d dead events, want 1", n)
+			if n := b.countDeliveries(t, "state = 'dead' AND stops_key"); n != 1 {
+				t.Fatalf("%d dead letters stopping their key, want 1", n)
 			}
-			if n := b.count(t, "status = 'pending' AND available_at = 'infinity'"); n != 1 {
-				t.Fatalf("%d events parked behind the stopped key, want 1", n)
+			if n := b.countDeliveries(t, "state = 'waiting'"); n != 1 {
+				t.Fatalf("%d events waiting behind the stopped key, want 1", n)
 			}
 		})
 	}
@@ -532,7 +522,7 @@ func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 	}
 	b.insert(t, ev{topic: "t", key: "k"})
 	time.Sleep(time.Until(renewed.Add(lease*2/3 - 50*time.Millisecond)))
-	rows, err := old.claim(ctx, ^uint64(0), 10, nil)
+	rows, _, err := old.claim(ctx, ^uint64(0), 10, []string{""}, nil)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("old relay claimed %d rows: %v", len(rows), err)
 	}

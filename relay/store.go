@@ -2,16 +2,17 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"math/bits"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/relay/internal/queue"
 )
 
 // laneCount is the number of lanes the key space is hashed into. It matches
@@ -29,119 +30,228 @@ type store struct {
 	pool  *pgxpool.Pool
 	owner string
 
-	claimSQL, deleteSQL, recordSQL, markDoneSQL string
-	heartbeatSQL, liveSQL, renewSQL, releaseSQL string
-	acquireSQL, releaseAllSQL, unregisterSQL    string
-	cleanHoldsSQL, cleanRelaysSQL               string
-	purgeDoneSQL                                string
-	statsSQL, statsCleanSQL                     string
-	outboxName, vacuumSQL                       string
+	claimSQL, claimQueueSQL                              string
+	deleteSQL, markDoneSQL, leftSQL                      string
+	fanOutSQL, fanOutKeepSQL, rerouteSQL                 string
+	deleteDeliveriesSQL, demoteSQL, promoteSQL, headsSQL string
+	heartbeatSQL, liveSQL, ownerLiveSQL, renewSQL        string
+	releaseSQL, acquireSQL, releaseAllSQL, unregisterSQL string
+	cleanRelaysSQL, sinksPresentSQL, unroutedSQL         string
+	purgeDoneSQL                                         string
+	statsSQL, statsCleanSQL                              string
+	outboxName, deliveriesName, vacuumSQL, analyzeSQL    string
 }
 
+// eventColumns are the columns an event is read with, from the outbox or
+// from a delivery; deliveryColumns lists them for an INSERT into the
+// deliveries table.
+const (
+	eventColumns    = `seq, id, topic, key, payload, payload_bin, content_type, headers, created_at, max_attempts`
+	deliveryColumns = `sink, seq, lane, id, topic, key, payload, payload_bin, content_type, headers, created_at,
+    max_attempts, state, stops_key, attempts, next_at, last_error, dead_at`
+)
+
 func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
-	o, h, l, r, st := t.Outbox(), t.Holds(), t.Lanes(), t.Relays(), t.Stats()
-	// Writes are fenced by lane: a relay records only events of lanes it
-	// still holds. The lanes are locked in share mode, so a relay taking one
-	// over waits for the record in flight, and a record after the takeover
-	// leaves the lane's events to their new owner.
-	ownLane := laneSQL + ` = ANY(ARRAY(SELECT lane FROM ` + l + ` WHERE owner = $2 FOR SHARE))`
+	o, dl, l, r, st := t.Outbox(), t.Deliveries(), t.Lanes(), t.Relays(), t.Stats()
+	// Writes are fenced by lane: a relay writes only rows of lanes it still
+	// holds. The lanes are locked in share mode (in lane order, as the
+	// dead-letter operations lock them), so a relay taking one over waits
+	// for the record in flight, and a record after the takeover leaves the
+	// lane's events to their new owner. $1 is always the owner.
+	mine := `ARRAY(SELECT lane FROM ` + l + ` WHERE owner = $1 ORDER BY lane FOR SHARE)`
+	ownLane := laneSQL + ` = ANY(` + mine + `)`
+	ownDelivery := `d.lane = ANY(` + mine + `)`
+	// A delivery inserted as the head of its key's queue (ready, or dead
+	// and stopping the key) waits instead when the queue already has a
+	// head: one appeared after the claim (an operator replayed a dead
+	// letter of the key). The relay decides heads from what it claimed;
+	// the database has the last word, and the unique head index stays
+	// satisfied.
+	headTaken := func(key, sink string) string {
+		return `(u.state = 'ready' OR u.stops) AND ` + key + ` IS NOT NULL AND EXISTS (
+        SELECT 1 FROM ` + dl + ` hd
+        WHERE hd.key = ` + key + ` AND hd.sink = ` + sink + ` AND (hd.state = 'ready' OR hd.stops_key) AND hd.seq <> u.seq)`
+	}
+	// outcomes is the unnest of a batch's per-delivery outcomes: $2 to $8.
+	const outcomes = `unnest($2::bigint[], $3::text[], $4::text[], $5::boolean[], $6::int[], $7::timestamptz[], $8::text[])
+        AS u(seq, sink, state, stops, attempts, next_at, last_error)`
+	// insertFrom inserts one delivery per outcome row, copying the event
+	// from src (the outbox rows just removed, or routing-step deliveries).
+	insertFrom := func(src string) string {
+		return `INSERT INTO ` + dl + ` (` + deliveryColumns + `)
+SELECT v.sink, v.seq, v.lane, v.id, v.topic, v.key, v.payload, v.payload_bin, v.content_type, v.headers,
+       v.created_at, v.max_attempts, v.state, v.state = 'dead' AND v.stops, v.attempts,
+       CASE WHEN v.state = 'ready' THEN coalesce(v.next_at, now()) END, v.last_error,
+       CASE WHEN v.state = 'dead' THEN now() END
+FROM (
+    SELECT u.sink, s.seq, s.lane, s.id, s.topic, s.key, s.payload, s.payload_bin, s.content_type, s.headers,
+           s.created_at, s.max_attempts, u.stops, u.attempts, u.next_at, u.last_error,
+           CASE WHEN ` + headTaken("s.key", "u.sink") + ` THEN 'waiting' ELSE u.state END AS state
+    FROM ` + outcomes + `
+    JOIN ` + src + ` s ON s.seq = u.seq
+) v`
+	}
+	// fanOut removes (or marks done) the claimed outbox rows in $9 (their
+	// keys in $10) and inserts the deliveries of their outcomes, returning
+	// how many rows went.
+	fanOut := func(remove string) string {
+		// A row another transaction holds locked is left in place, and so
+		// is every row of its key in the batch: the locked one is claimed
+		// and sent again later, and events of its key recorded now would go
+		// before it on the sinks where it failed.
+		return `WITH locked AS (
+    SELECT seq, key FROM ` + o + ` WHERE seq = ANY($9) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED
+), held AS (
+    SELECT b.key FROM unnest($9::bigint[], $10::text[]) AS b(seq, key)
+    WHERE b.key IS NOT NULL AND b.seq NOT IN (SELECT seq FROM locked)
+), src AS (
+    ` + remove + ` WHERE seq IN (
+        SELECT seq FROM locked WHERE key IS NULL OR key NOT IN (SELECT key FROM held))
+    RETURNING ` + eventColumns + `, ` + laneSQL + ` AS lane
+), ins AS (
+` + insertFrom("src") + `
+)
+SELECT count(*) FROM src`
+	}
 	return &store{
 		pool:  pool,
 		owner: owner,
-		// The claim: the oldest due rows of this relay's lanes, locked with
-		// SKIP LOCKED so that it never waits on a row another transaction
-		// holds, returned with any hold an earlier event of the same key has
-		// on a sink. It writes nothing: the lanes are the lease. Only the
-		// owner of a lane claims its events, one batch at a time, and a relay
-		// taking over an expired lane waits until its previous owner's
-		// batches are over (worker.quarantine). Leasing each row as well
-		// cost a new row version per event, and a third of the drain rate
-		// (docs/benchmarks.md). Rows still leased by a relay of an earlier
-		// version (lease_until in the future) are left to it.
+		// The claim: the oldest due rows of this relay's lanes, read
+		// without locking them. Only the owner of a lane claims its events,
+		// one batch at a time, and a relay taking over an expired lane
+		// waits until its previous owner's batches are over
+		// (worker.quarantine): the lanes are the lease, and a row lock
+		// would add nothing but a write per row. Nor can a row locked by
+		// another transaction (an operator's UPDATE) be skipped and
+		// overtaken by the next event of its key, as FOR UPDATE SKIP
+		// LOCKED would: the claim reads it like any other. $5 lists rows
+		// this relay published but could not remove because another
+		// transaction held them (see leftSQL); they wait a while.
 		//
-		// Three details keep the plan right. The lane range ($4..$5, the
-		// lowest and highest lane held) matches the claim index's last
-		// column, so rows of other relays' lanes are skipped on the index
-		// entry without a heap fetch, and the walk stays in (available_at,
-		// seq) order (PostgreSQL 15 would give that order up for
-		// "lane = ANY(...)"). The exact lane test is written "<> 0"
-		// (estimated as passing most rows, so the planner keeps that walk
-		// instead of sorting the pending set).
+		// Each row comes with the sinks on which its key has a queue (a
+		// head): the event joins those queues instead of being published
+		// there. Heads exist only for keys with a failure in flight, so the
+		// lookup, one probe of the head index per row, runs only when the
+		// table holds any: a test evaluated once per claim, written as an
+		// ordered LIMIT 1 so that the head index answers it even in a plan
+		// made while the table was small.
+		//
+		// The lane range ($3..$4, the lowest and highest lane held) matches
+		// the claim index's last column, so rows of other relays' lanes are
+		// skipped on the index entry without a heap fetch, and the walk
+		// stays in (available_at, seq) order (PostgreSQL 15 would give that
+		// order up for "lane = ANY(...)"). The exact lane test is written
+		// "<> 0" (estimated as passing most rows, so the planner keeps that
+		// walk instead of sorting the pending set).
 		claimSQL: `WITH claimed AS (
-    SELECT seq, id, topic, key, payload, payload_bin, content_type, headers,
-           created_at, attempts, max_attempts, deliveries
+    SELECT ` + eventColumns + `, ` + laneSQL + ` AS lane
     FROM ` + o + `
     WHERE status = 'pending' AND available_at <= now()
-      AND ` + laneSQL + ` BETWEEN $4 AND $5
-      AND (lease_until IS NULL OR lease_until < now())
+      AND ` + laneSQL + ` BETWEEN $3 AND $4
       AND (($1::bigint >> ` + laneSQL + `) & 1) <> 0
+      AND seq <> ALL($5::bigint[])
     ORDER BY available_at, seq
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
 )
-SELECT c.seq, c.id, c.topic, c.key, c.payload, c.payload_bin, c.content_type, c.headers,
-       c.created_at, c.attempts, c.max_attempts, c.deliveries, w.sink, w.seq, w.until
+SELECT c.seq, c.id, c.topic, c.key, c.payload, c.payload_bin, c.content_type, c.headers, c.created_at,
+       c.max_attempts, c.lane, '', 0, false,
+       CASE WHEN c.key IS NOT NULL AND (
+                SELECT true FROM ` + dl + ` d WHERE d.key IS NOT NULL AND ` + queue.Head + ` ORDER BY d.key LIMIT 1)
+            THEN ARRAY(SELECT d.sink FROM ` + dl + ` d WHERE d.key = c.key AND ` + queue.Head + `) END,
+       NULL::text[]
 FROM claimed c
--- Per sink, the nearest earlier event of the key that waits on that sink
--- and is not in this batch (those in the batch are ordered by the batch).
--- The EXISTS is evaluated once per claim: with no holds at all (the common
--- case) the lookups never run.
-LEFT JOIN LATERAL (
-    SELECT s.sink, n.seq, n.until
-    FROM unnest($3::text[]) AS s(sink)
-    CROSS JOIN LATERAL (
-        SELECT x.seq, x.until FROM ` + h + ` x
-        WHERE x.key = c.key AND x.sink = s.sink AND x.seq < c.seq
-          AND x.seq <> ALL (ARRAY(SELECT seq FROM claimed))
-        ORDER BY x.seq DESC LIMIT 1
-    ) n
-    WHERE EXISTS (SELECT 1 FROM ` + h + `)
-) w ON true
 ORDER BY c.seq`,
-		deleteSQL:   `DELETE FROM ` + o + ` WHERE seq = ANY($1) AND ` + ownLane,
-		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now() WHERE seq = ANY($1) AND ` + ownLane,
-		// Everything but the plain happy path in one statement: rows still
-		// pending or dead, holds taken (only for rows of lanes this relay
-		// still holds), holds released, and delivered rows removed or kept;
-		// fenced by lane like the above, the lanes locked once.
-		recordSQL: `WITH mine AS (
-    SELECT lane FROM ` + l + ` WHERE owner = $7 FOR SHARE
-), upd AS (
-    UPDATE ` + o + ` o SET status = u.status, attempts = u.attempts, available_at = u.available_at,
-        last_error = u.last_error, deliveries = u.deliveries,
-        finished_at = CASE WHEN u.status = 'pending' THEN NULL ELSE now() END
-    FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[], $6::jsonb[])
-        AS u(seq, status, attempts, available_at, last_error, deliveries)
-    WHERE o.seq = u.seq AND ` + laneSQL + ` IN (SELECT lane FROM mine)
-    RETURNING o.seq
-), take AS (
-    INSERT INTO ` + h + ` (key, sink, seq, until)
-    SELECT t.key, t.sink, t.seq, t.until
-    FROM unnest($8::text[], $9::text[], $10::bigint[], $11::timestamptz[]) AS t(key, sink, seq, until)
-    WHERE t.seq IN (SELECT seq FROM upd)
-    ON CONFLICT (key, sink, seq) DO UPDATE SET until = excluded.until
-    RETURNING 1
-), free AS (
-    DELETE FROM ` + h + ` x USING unnest($12::text[], $13::text[], $14::bigint[]) AS f(key, sink, seq)
-    WHERE x.key = f.key AND x.sink = f.sink AND x.seq = f.seq
-    RETURNING 1
-), gone AS (
-    DELETE FROM ` + o + ` WHERE seq = ANY($15) AND ` + laneSQL + ` IN (SELECT lane FROM mine) AND NOT $16::boolean
-    RETURNING 1
-), kept AS (
-    UPDATE ` + o + ` SET status = 'done', finished_at = now()
-    WHERE seq = ANY($15) AND ` + laneSQL + ` IN (SELECT lane FROM mine) AND $16::boolean
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM take), (SELECT count(*) FROM free),
-       (SELECT count(*) FROM gone) + (SELECT count(*) FROM kept)`,
+		// The queue claim: per sink in $1 (those not paused, and '' for the
+		// routing step), the due heads of this relay's lanes, oldest due
+		// first, each followed by the deliveries waiting behind it in seq
+		// order, at most $5 rows per sink. Only heads have a time; a
+		// follower is claimed with its head, so a queue drains a batch at a
+		// time rather than an event per round trip. A delivery of the
+		// routing step comes with its key's queues, as a claimed outbox row
+		// does, and with the sinks where the event already has a delivery
+		// (it waits or died there; routing it again skips them).
+		claimQueueSQL: `SELECT d.seq, d.id, d.topic, d.key, d.payload, d.payload_bin, d.content_type, d.headers,
+       d.created_at, d.max_attempts, d.lane, s.sink, d.attempts, d.state = 'ready',
+       CASE WHEN s.sink = '' AND d.key IS NOT NULL
+            THEN ARRAY(SELECT x.sink FROM ` + dl + ` x WHERE x.key = d.key AND (x.state = 'ready' OR x.stops_key)) END,
+       CASE WHEN s.sink = '' THEN ARRAY(SELECT x.sink FROM ` + dl + ` x WHERE x.id = d.id AND x.sink <> '') END
+FROM unnest($1::text[]) AS s(sink)
+CROSS JOIN LATERAL (
+    SELECT f.* FROM (
+        SELECT h.key, h.seq FROM ` + dl + ` h
+        WHERE h.sink = s.sink AND h.state = 'ready' AND h.next_at <= now()
+          AND h.lane BETWEEN $3 AND $4 AND (($2::bigint >> h.lane) & 1) <> 0
+        ORDER BY h.next_at
+        LIMIT $5
+    ) h
+    CROSS JOIN LATERAL (
+        (SELECT * FROM ` + dl + ` d WHERE d.sink = s.sink AND d.seq = h.seq)
+        UNION ALL
+        (SELECT * FROM ` + dl + ` d
+         WHERE h.key IS NOT NULL AND d.key = h.key AND d.sink = s.sink AND ` + queue.Member + `
+           AND d.state = 'waiting' AND d.seq > h.seq
+         ORDER BY d.seq LIMIT $5)
+    ) f
+    LIMIT $5
+) d`,
+		// The happy path's record: the batch's rows, every sink done with
+		// them, removed (or kept as done with a retention period). A row
+		// another transaction holds locked is left alone rather than waited
+		// for (the relay would stall its lanes); the relay claims it again
+		// later (leftSQL).
+		deleteSQL: `DELETE FROM ` + o + ` WHERE seq IN (
+    SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED)`,
+		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now() WHERE seq IN (
+    SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED)`,
+		// leftSQL finds which of a batch's rows are still pending after a
+		// record removed fewer than it should have.
+		leftSQL: `SELECT seq FROM ` + o + ` WHERE seq = ANY($1) AND status = 'pending'`,
+		// The failure path's record of claimed outbox rows: the rows go as
+		// above, and in the same statement each sink that did not take its
+		// event gets a delivery, copied from the row. A row left in place
+		// (locked) gets none: it is claimed and sent again, whole.
+		fanOutSQL:     fanOut(`DELETE FROM ` + o),
+		fanOutKeepSQL: fanOut(`UPDATE ` + o + ` SET status = 'done', finished_at = now()`),
+		// Routed deliveries of the routing step fan out the same way, copied
+		// from their own rows (which deleteDeliveriesSQL then removes).
+		rerouteSQL: insertFrom(`(SELECT * FROM `+dl+` d WHERE d.sink = '' AND `+ownDelivery+`)`) +
+			` ON CONFLICT (sink, seq) DO NOTHING`,
+		deleteDeliveriesSQL: `DELETE FROM ` + dl + ` d USING unnest($2::text[], $3::bigint[]) AS u(sink, seq)
+WHERE d.sink = u.sink AND d.seq = u.seq AND ` + ownDelivery,
+		// A claimed delivery's new state. Heads that leave (dead, or
+		// ready→waiting) are written before new heads are made, so that the
+		// unique head index never sees two at once: demoteSQL, then
+		// headsSQL, each with the same parameters.
+		demoteSQL: `UPDATE ` + dl + ` d
+SET state = u.state, stops_key = u.state = 'dead' AND u.stops, attempts = u.attempts,
+    next_at = CASE WHEN u.state = 'ready' THEN coalesce(u.next_at, now()) END,
+    last_error = u.last_error, dead_at = CASE WHEN u.state = 'dead' THEN now() END
+FROM ` + outcomes + `
+WHERE d.sink = u.sink AND d.seq = u.seq AND ` + ownDelivery,
+		headsSQL: `UPDATE ` + dl + ` d
+SET state = CASE WHEN v.taken THEN 'waiting' ELSE v.state END,
+    stops_key = v.state = 'dead' AND v.stops AND NOT v.taken,
+    attempts = v.attempts,
+    next_at = CASE WHEN v.state = 'ready' AND NOT v.taken THEN coalesce(v.next_at, now()) END,
+    last_error = v.last_error,
+    dead_at = CASE WHEN v.state = 'dead' AND NOT v.taken THEN now() END
+FROM (
+    SELECT u.*, ` + headTaken("x.key", "x.sink") + ` AS taken
+    FROM ` + outcomes + `
+    JOIN ` + dl + ` x ON x.sink = u.sink AND x.seq = u.seq
+) v
+WHERE d.sink = v.sink AND d.seq = v.seq AND ` + ownDelivery,
+		// The queues whose head left get the next delivery as head ($3 is
+		// the owner here: the fence of the promoted row).
+		promoteSQL: queue.PromoteSQL(t, `d.lane = ANY(ARRAY(SELECT lane FROM `+l+` WHERE owner = $3 ORDER BY lane FOR SHARE))`),
 		heartbeatSQL: `INSERT INTO ` + r + ` (owner, heartbeat_until) VALUES ($1, now() + $2::interval)
 ON CONFLICT (owner) DO UPDATE SET heartbeat_until = excluded.heartbeat_until`,
 		// The live relays, and how many of them sort before this one: its
 		// rank picks its block of lanes.
-		liveSQL:    `SELECT count(*), count(*) FILTER (WHERE owner < $1) FROM ` + r + ` WHERE heartbeat_until > now()`,
-		renewSQL:   `UPDATE ` + l + ` SET lease_until = now() + $2::interval WHERE owner = $1 RETURNING lane`,
-		releaseSQL: `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1 AND lane = ANY($2)`,
+		liveSQL:      `SELECT count(*), count(*) FILTER (WHERE owner < $1) FROM ` + r + ` WHERE heartbeat_until > now()`,
+		ownerLiveSQL: `SELECT heartbeat_until FROM ` + r + ` WHERE owner = $1 AND heartbeat_until > now()`,
+		renewSQL:     `UPDATE ` + l + ` SET lease_until = now() + $2::interval WHERE owner = $1 RETURNING lane`,
+		releaseSQL:   `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1 AND lane = ANY($2)`,
 		// Acquired lanes say whether they were taken over from an owner
 		// whose lease expired (it may have died with events leased).
 		acquireSQL: `WITH free AS (
@@ -152,17 +262,32 @@ ON CONFLICT (owner) DO UPDATE SET heartbeat_until = excluded.heartbeat_until`,
 UPDATE ` + l + ` x SET owner = $1, lease_until = now() + $2::interval
 FROM free WHERE x.lane = free.lane
 RETURNING x.lane, free.taken_over`,
-		releaseAllSQL: `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`,
-		unregisterSQL: `DELETE FROM ` + r + ` WHERE owner = $1`,
-		// Holds whose event is gone or delivered are stale; a hold kept for a
-		// dead event by StopKeyOnDeadLetter is 'infinity' and stays.
-		cleanHoldsSQL: `DELETE FROM ` + h + ` x WHERE NOT EXISTS (
-    SELECT 1 FROM ` + o + ` o WHERE o.seq = x.seq
-      AND (o.status = 'pending' OR (o.status = 'dead' AND x.until = 'infinity')))`,
+		releaseAllSQL:  `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1`,
+		unregisterSQL:  `DELETE FROM ` + r + ` WHERE owner = $1`,
 		cleanRelaysSQL: `DELETE FROM ` + r + ` WHERE heartbeat_until < now() - interval '1 minute'`,
+		// The sinks that have deliveries, one index probe each (a loose
+		// index scan of the primary key).
+		sinksPresentSQL: `WITH RECURSIVE s(sink) AS (
+    SELECT min(sink) FROM ` + dl + `
+    UNION ALL
+    SELECT (SELECT min(sink) FROM ` + dl + ` WHERE sink > s.sink) FROM s WHERE s.sink IS NOT NULL
+)
+SELECT sink FROM s WHERE sink IS NOT NULL`,
+		// Deliveries waiting for a sink no route names any more are dead
+		// letters, in bounded batches, on this relay's lanes. They never
+		// stop their key: no later event of it goes to that sink.
+		unroutedSQL: `UPDATE ` + dl + ` d
+SET state = 'dead', stops_key = false, next_at = NULL, dead_at = now(),
+    last_error = 'sink no longer routed: no route names sink ' || quote_literal(d.sink)
+WHERE (d.sink, d.seq) IN (
+    SELECT d.sink, d.seq FROM ` + dl + ` d
+    WHERE d.sink = ANY($2) AND d.state <> 'dead' AND ` + ownDelivery + `
+    LIMIT $3)`,
 		outboxName:     o,
+		deliveriesName: dl,
 		// SKIP_LOCKED: never queue behind an autovacuum already at work.
-		vacuumSQL: `VACUUM (SKIP_LOCKED, ANALYZE) ` + o + `, ` + h,
+		vacuumSQL:  `VACUUM (SKIP_LOCKED, ANALYZE) ` + o + `, ` + dl,
+		analyzeSQL: `ANALYZE (SKIP_LOCKED) ` + dl,
 		purgeDoneSQL: `DELETE FROM ` + o + ` WHERE seq IN (
     SELECT seq FROM ` + o + ` WHERE status = 'done' AND finished_at < now() - $1::interval
     ORDER BY finished_at LIMIT $2)`,
@@ -193,224 +318,6 @@ func (s *store) flushStats(ctx context.Context, counts map[statKey]int64) error 
 	})
 	if err != nil {
 		return fmt.Errorf("writing published counts: %w", err)
-	}
-	return nil
-}
-
-// hold is a sink on which an earlier event of the same key is waiting.
-type hold struct {
-	sink  string
-	seq   int64
-	until time.Time
-}
-
-// delivery is one sink's state for one event, kept in the deliveries column.
-type delivery struct {
-	State    string    `json:"state"` // done, retry, wait or dead
-	Attempts int       `json:"attempts,omitempty"`
-	Error    string    `json:"error,omitempty"`
-	At       time.Time `json:"at"`
-	// Next is when a sink in state retry may be tried again. A row is due
-	// at its earliest sink's Next; the others wait for their own.
-	Next time.Time `json:"next,omitzero"`
-}
-
-const (
-	stateDone  = "done"
-	stateRetry = "retry" // failed (or its sink was down); retried at Next
-	stateWait  = "wait"  // parked behind an earlier event of its key until Next
-	stateDead  = "dead"
-)
-
-// row is a claimed outbox row.
-type row struct {
-	seq         int64
-	id          string
-	topic       string
-	key         string
-	payload     []byte
-	contentType string
-	headers     map[string]string
-	createdAt   time.Time
-	attempts    int
-	maxAttempts int // 0: the relay's default
-	deliveries  map[string]delivery
-	holds       []hold
-	decodeErr   error // a column the relay cannot read: the row is dead-lettered
-}
-
-// claim returns up to limit due rows of the lanes in mask, in seq order. An
-// empty mask claims nothing.
-func (s *store) claim(ctx context.Context, mask uint64, limit int, sinkNames []string) ([]row, error) {
-	if mask == 0 {
-		return nil, nil
-	}
-	lowest, highest := bits.TrailingZeros64(mask), laneCount-1-bits.LeadingZeros64(mask)
-	rows, err := s.pool.Query(ctx, s.claimSQL, int64(mask), limit, sinkNames, lowest, highest)
-	if err != nil {
-		return nil, fmt.Errorf("claiming events: %w", err)
-	}
-	defer rows.Close()
-	out := make([]row, 0, limit)
-	var (
-		seq                 int64
-		id                  pgtype.UUID
-		topic               string
-		key, contentType    pgtype.Text
-		payload, payloadBin []byte
-		headers, deliveries []byte
-		createdAt           time.Time
-		attempts            int32
-		maxAttempts         pgtype.Int4
-		holdSink            pgtype.Text
-		holdSeq             pgtype.Int8
-		holdUntil           pgtype.Timestamptz
-	)
-	for rows.Next() {
-		if err := rows.Scan(&seq, &id, &topic, &key, &payload, &payloadBin, &contentType, &headers,
-			&createdAt, &attempts, &maxAttempts, &deliveries, &holdSink, &holdSeq, &holdUntil); err != nil {
-			return nil, fmt.Errorf("reading claimed event: %w", err)
-		}
-		if n := len(out); n > 0 && out[n-1].seq == seq {
-			// The same row again: one more hold on it.
-			out[n-1].holds = append(out[n-1].holds, hold{holdSink.String, holdSeq.Int64, fromTimestamptz(holdUntil)})
-			continue
-		}
-		r := row{seq: seq, id: uuidString(id), topic: topic, key: key.String, createdAt: createdAt,
-			attempts: int(attempts), maxAttempts: int(maxAttempts.Int32)}
-		switch {
-		case payloadBin != nil:
-			r.payload = payloadBin
-			r.contentType = "application/octet-stream"
-		case payload != nil:
-			r.payload = payload
-			r.contentType = "application/json"
-		default:
-			r.payload = []byte("null")
-			r.contentType = "application/json"
-		}
-		if contentType.Valid && contentType.String != "" {
-			r.contentType = contentType.String
-		}
-		if len(headers) > 2 {
-			r.headers, r.decodeErr = decodeHeaders(headers)
-		}
-		if len(deliveries) > 2 {
-			if err := json.Unmarshal(deliveries, &r.deliveries); err != nil && r.decodeErr == nil {
-				r.decodeErr = fmt.Errorf("deliveries column: %w", err)
-			}
-		}
-		if holdSink.Valid {
-			r.holds = append(r.holds, hold{holdSink.String, holdSeq.Int64, fromTimestamptz(holdUntil)})
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claiming events: %w", err)
-	}
-	return out, nil
-}
-
-// decodeHeaders reads the headers column: a JSON object whose values are
-// strings; other values (written by hand) are kept as their JSON text.
-func decodeHeaders(raw []byte) (map[string]string, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("headers column: %w", err)
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		var s string
-		if json.Unmarshal(v, &s) == nil {
-			out[k] = s
-		} else {
-			out[k] = string(v)
-		}
-	}
-	return out, nil
-}
-
-func uuidString(u pgtype.UUID) string {
-	const hex = "0123456789abcdef"
-	b := u.Bytes
-	buf := make([]byte, 36)
-	j := 0
-	for i := 0; i < 16; i++ {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			buf[j] = '-'
-			j++
-		}
-		buf[j], buf[j+1] = hex[b[i]>>4], hex[b[i]&0xf]
-		j += 2
-	}
-	return string(buf)
-}
-
-// outcome is what recording a batch writes.
-type outcome struct {
-	done []int64 // delivered everywhere: deleted (or kept as done)
-
-	// Rows still pending or now dead.
-	seqs        []int64
-	statuses    []string
-	attempts    []int32
-	availableAt []pgtype.Timestamptz
-	lastErrors  []pgtype.Text
-	deliveries  [][]byte
-
-	// Holds taken (or extended) and released.
-	takeKeys, takeSinks []string
-	takeSeqs            []int64
-	takeUntil           []pgtype.Timestamptz
-	freeKeys, freeSinks []string
-	freeSeqs            []int64
-}
-
-func (o *outcome) update(seq int64, status string, attempts int, at time.Time, lastErr string, deliveries []byte) {
-	o.seqs = append(o.seqs, seq)
-	o.statuses = append(o.statuses, status)
-	o.attempts = append(o.attempts, int32(attempts))
-	o.availableAt = append(o.availableAt, timestamptz(at))
-	o.lastErrors = append(o.lastErrors, pgtype.Text{String: lastErr, Valid: lastErr != ""})
-	o.deliveries = append(o.deliveries, deliveries)
-}
-
-func (o *outcome) take(key, sink string, seq int64, until time.Time) {
-	o.takeKeys = append(o.takeKeys, key)
-	o.takeSinks = append(o.takeSinks, sink)
-	o.takeSeqs = append(o.takeSeqs, seq)
-	o.takeUntil = append(o.takeUntil, timestamptz(until))
-}
-
-func (o *outcome) free(key, sink string, seq int64) {
-	o.freeKeys = append(o.freeKeys, key)
-	o.freeSinks = append(o.freeSinks, sink)
-	o.freeSeqs = append(o.freeSeqs, seq)
-}
-
-// record writes a batch's outcome in one statement. Rows of lanes this relay
-// lost are left alone: their new owner delivers them again.
-func (s *store) record(ctx context.Context, o *outcome, keepDone bool) error {
-	if len(o.seqs) == 0 && len(o.freeSeqs) == 0 {
-		if len(o.done) == 0 {
-			return nil
-		}
-		sql := s.deleteSQL
-		if keepDone {
-			sql = s.markDoneSQL
-		}
-		if _, err := s.pool.Exec(ctx, sql, o.done, s.owner); err != nil {
-			return fmt.Errorf("recording %d delivered events: %w", len(o.done), err)
-		}
-		return nil
-	}
-	_, err := s.pool.Exec(ctx, s.recordSQL,
-		o.seqs, o.statuses, o.attempts, o.availableAt, o.lastErrors, o.deliveries, s.owner,
-		o.takeKeys, o.takeSinks, o.takeSeqs, o.takeUntil,
-		o.freeKeys, o.freeSinks, o.freeSeqs,
-		o.done, keepDone)
-	if err != nil {
-		return fmt.Errorf("recording outcome of %d events: %w", len(o.seqs)+len(o.done), err)
 	}
 	return nil
 }
@@ -516,12 +423,23 @@ func (s *store) releaseAll(ctx context.Context) error {
 	return nil
 }
 
-// maintain removes stale holds, forgotten relays and, with a retention
-// period, delivered rows older than it, in bounded batches.
-func (s *store) maintain(ctx context.Context, retention time.Duration) (purged int64, err error) {
-	if _, err := s.pool.Exec(ctx, s.cleanHoldsSQL); err != nil {
-		return 0, fmt.Errorf("removing stale holds: %w", err)
+// ownerLive returns until when a relay named owner announced itself live,
+// or the zero time when none is live under that name.
+func (s *store) ownerLive(ctx context.Context) (time.Time, error) {
+	var until time.Time
+	err := s.pool.QueryRow(ctx, s.ownerLiveSQL, s.owner).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, nil
 	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("looking for a live relay named %s: %w", s.owner, err)
+	}
+	return until, nil
+}
+
+// maintain removes forgotten relays and, with a retention period, delivered
+// rows older than it, in bounded batches.
+func (s *store) maintain(ctx context.Context, retention time.Duration) (purged int64, err error) {
 	if _, err := s.pool.Exec(ctx, s.cleanRelaysSQL); err != nil {
 		return 0, fmt.Errorf("removing departed relays: %w", err)
 	}
@@ -541,38 +459,71 @@ func (s *store) maintain(ctx context.Context, retention time.Duration) (purged i
 	}
 }
 
-// vacuumIfNeeded vacuums the outbox and holds tables when the outbox holds
-// more than threshold dead tuples. Every delivered event leaves one, and the
-// claim walks past them until a vacuum removes them: with autovacuum off or
-// behind, claims would slow without bound. It reports whether it vacuumed.
-func (s *store) vacuumIfNeeded(ctx context.Context, threshold int64) (bool, error) {
-	var dead int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass($1)), 0)`,
-		s.outboxName).Scan(&dead)
+// deadLetterUnrouted turns the deliveries of this relay's lanes that wait
+// for a sink outside routed (the sinks the routes name, and ” for the
+// routing step) into dead letters, in bounded batches. It returns how many.
+func (s *store) deadLetterUnrouted(ctx context.Context, routed []string) (int64, error) {
+	rows, err := s.pool.Query(ctx, s.sinksPresentSQL)
 	if err != nil {
-		return false, fmt.Errorf("reading dead tuples of %s: %w", s.outboxName, err)
+		return 0, fmt.Errorf("listing the sinks with deliveries: %w", err)
 	}
-	if dead < threshold {
-		return false, nil
+	present, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("listing the sinks with deliveries: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, s.vacuumSQL); err != nil {
-		return false, fmt.Errorf("vacuuming %s (%d dead tuples): %w", s.outboxName, dead, err)
+	var gone []string
+	for _, sink := range present {
+		if sink != "" && !slices.Contains(routed, sink) {
+			gone = append(gone, sink)
+		}
 	}
-	return true, nil
+	if len(gone) == 0 {
+		return 0, nil
+	}
+	const chunk = 5000
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, s.unroutedSQL, s.owner, gone, chunk)
+		if err != nil {
+			return total, fmt.Errorf("dead-lettering deliveries for sinks no route names (%s): %w", strings.Join(gone, ", "), err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < chunk || ctx.Err() != nil {
+			return total, nil
+		}
+	}
 }
 
-// timestamptz encodes forever as PostgreSQL 'infinity'.
-func timestamptz(t time.Time) pgtype.Timestamptz {
-	if !t.Before(forever) {
-		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+// upkeepTables vacuums the outbox and deliveries tables when either holds
+// more than deadTuples dead tuples, and otherwise analyzes the deliveries
+// table when a tenth of it (at least analyzeRows rows) changed since it was
+// last analyzed. Every delivered event leaves a dead tuple, and the claims
+// walk past them until a vacuum removes them: with autovacuum off or
+// behind, claims would slow without bound. The deliveries table is empty
+// while nothing fails and grows by a row per event while a sink is down:
+// relays keep their statements' plans, made for the table's size then,
+// until it is analyzed again. It reports what it did ("" for nothing).
+func (s *store) upkeepTables(ctx context.Context, deadTuples, analyzeRows int64) (string, error) {
+	var dead, changed, live int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(n_dead_tup), 0),
+       coalesce(max(n_mod_since_analyze) FILTER (WHERE relid = to_regclass($2)), 0),
+       coalesce(max(n_live_tup) FILTER (WHERE relid = to_regclass($2)), 0)
+FROM pg_stat_user_tables WHERE relid IN (to_regclass($1), to_regclass($2))`,
+		s.outboxName, s.deliveriesName).Scan(&dead, &changed, &live)
+	if err != nil {
+		return "", fmt.Errorf("reading the statistics of %s: %w", s.outboxName, err)
 	}
-	return pgtype.Timestamptz{Time: t, Valid: true}
-}
-
-// fromTimestamptz decodes 'infinity' as forever.
-func fromTimestamptz(t pgtype.Timestamptz) time.Time {
-	if t.InfinityModifier == pgtype.Infinity {
-		return forever
+	switch {
+	case dead >= deadTuples:
+		if _, err := s.pool.Exec(ctx, s.vacuumSQL); err != nil {
+			return "", fmt.Errorf("vacuuming %s (%d dead tuples): %w", s.outboxName, dead, err)
+		}
+		return "vacuumed", nil
+	case changed >= max(analyzeRows, live/10):
+		if _, err := s.pool.Exec(ctx, s.analyzeSQL); err != nil {
+			return "", fmt.Errorf("analyzing %s (%d rows changed): %w", s.deliveriesName, changed, err)
+		}
+		return "analyzed", nil
 	}
-	return t.Time
+	return "", nil
 }

@@ -43,7 +43,7 @@ func TestClaimTestsLanesOnTheIndex(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	got := queryPlan(t, conn, "EXPLAIN EXECUTE claim(65535, 1000, '{mem}', 0, 15)")
+	got := queryPlan(t, conn, "EXPLAIN EXECUTE claim(65535, 1000, 0, 15, '{}')")
 	if !strings.Contains(got, "claim_lane_idx") {
 		t.Fatalf("the claim does not use the claim index:\n%s", got)
 	}
@@ -62,10 +62,9 @@ func TestClaimTestsLanesOnTheIndex(t *testing.T) {
 	}
 }
 
-// With no holds at all, a claim must not look up holds for each claimed
-// row: the lookups ran once per row (two index probes each) while an ON
-// clause meant to skip them was evaluated only after them.
-func TestClaimSkipsHoldLookupsWithoutHolds(t *testing.T) {
+// With no queue anywhere (nothing has failed), a claim must not look up
+// queues for each claimed row: the lookups are gated by one EXISTS.
+func TestClaimSkipsQueueLookupsWithoutQueues(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -81,13 +80,13 @@ func TestClaimSkipsHoldLookupsWithoutHolds(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	got := queryPlan(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.claimSQL,
-		int64(-1), 1000, []string{"mem"}, 0, 63)
+		int64(-1), 1000, 0, 63, []int64{})
 	if !strings.Contains(got, "rows=100 ") {
 		t.Fatalf("the claim did not claim the 100 events:\n%s", got)
 	}
 	for _, line := range strings.Split(got, "\n") {
-		if strings.Contains(line, "holds_pkey") && !strings.Contains(line, "never executed") {
-			t.Fatalf("the claim looked up holds although there are none:\n%s", got)
+		if strings.Contains(line, "head_idx") && strings.Contains(line, "key = c.key") && !strings.Contains(line, "never executed") {
+			t.Fatalf("the claim looked up queues although there are none:\n%s", got)
 		}
 	}
 }
@@ -155,8 +154,9 @@ func TestLanesStayInBlocks(t *testing.T) {
 
 // A relay whose lanes were taken over must not record its batch: the new
 // owner delivers those events again, and the old relay's outcome (delivered,
-// or retry) would overwrite theirs. Writes are fenced by lane, and a record
-// in flight keeps its lanes from being taken over until it commits.
+// or retry) would overwrite theirs. Every write is fenced by lane, deliveries
+// included, and a record in flight keeps its lanes from being taken over
+// until it commits.
 func TestRecordIsFencedByLanes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -167,7 +167,7 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	if _, _, err := old.refreshLanes(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := old.claim(ctx, ^uint64(0), 10, nil)
+	rows, _, err := old.claim(ctx, ^uint64(0), 10, []string{""}, nil)
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claimed %d rows: %v", len(rows), err)
 	}
@@ -179,7 +179,7 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, old.deleteSQL, []int64{seqs[0]}, old.owner); err != nil {
+	if _, err := tx.Exec(ctx, old.deleteSQL, old.owner, []int64{seqs[0]}); err != nil {
 		t.Fatal(err)
 	}
 	next := newStore(b.pool, b.tables, "new-relay")
@@ -198,21 +198,129 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	if err != nil || held != ^uint64(0) || takenOver != ^uint64(0) {
 		t.Fatalf("new relay holds %064b, took over %064b: %v", held, takenOver, err)
 	}
-	if err := old.record(ctx, &outcome{done: seqs[1:]}, false); err != nil {
+	if _, err := old.record(ctx, &outcome{outboxSeqs: seqs[1:]}, false); err != nil {
 		t.Fatal(err)
 	}
-	retry := &outcome{done: seqs[1:2]}
-	retry.update(seqs[2], "pending", 1, time.Now().Add(time.Hour), "boom", []byte(`{}`))
-	if err := old.record(ctx, retry, false); err != nil {
+	retry := &outcome{outboxSeqs: seqs[1:]}
+	retry.fromOutbox.add(seqs[2], "mem", "ready", false, 1, time.Now().Add(time.Hour), errBoom)
+	if _, err := old.record(ctx, retry, false); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.count(t, "attempts = 0 AND last_error IS NULL AND available_at <= now()"); n != 2 {
-		t.Fatalf("%d of 2 rows untouched after records by a relay that lost their lanes", n)
+	if n := b.count(t, "true"); n != 2 {
+		t.Fatalf("%d of 2 rows left after records by a relay that lost their lanes", n)
 	}
-	if err := next.record(ctx, &outcome{done: seqs[1:]}, false); err != nil {
+	if n := b.countDeliveries(t, "true"); n != 0 {
+		t.Fatalf("%d deliveries written by a relay that lost their lanes", n)
+	}
+
+	// The new owner's deliveries are its own too: key b's event waits on
+	// sink mem, and the old relay can neither remove nor rewrite it.
+	failed := &outcome{outboxSeqs: seqs[1:]}
+	failed.fromOutbox.add(seqs[1], "mem", "ready", false, 1, time.Now().Add(time.Hour), errBoom)
+	if _, err := next.record(ctx, failed, false); err != nil {
 		t.Fatal(err)
+	}
+	if n := b.countDeliveries(t, "state = 'ready' AND attempts = 1"); n != 1 {
+		t.Fatalf("%d deliveries after the new owner recorded one, want 1", n)
+	}
+	stale := &outcome{}
+	stale.delete("mem", seqs[1])
+	stale.demote.add(seqs[1], "mem", "dead", false, 2, time.Time{}, errBoom)
+	stale.heads.add(seqs[1], "mem", "ready", false, 3, time.Now(), errBoom)
+	stale.promoteKeys, stale.promoteSinks = []string{"b"}, []string{"mem"}
+	if _, err := old.record(ctx, stale, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.countDeliveries(t, "state = 'ready' AND attempts = 1"); n != 1 {
+		t.Fatalf("the old relay changed the new owner's delivery")
 	}
 	if n := b.count(t, "true"); n != 0 {
 		t.Fatalf("%d rows left after the new owner recorded them", n)
+	}
+}
+
+// A relay prepares its statements once per connection and PostgreSQL keeps
+// their generic plans, made for the tables' sizes at the time, until a
+// table is analyzed. The deliveries table is empty while nothing fails and
+// then grows by a row per event while a sink is down: a plan made for the
+// empty table (a sequential scan, or a hash of the whole table) would cost
+// the claim and every record a pass over the queues. The claim's plans use
+// the indexes even then; the relay analyzes the table as it grows, and every
+// statement is planned again on the indexes.
+func TestQueueStatementsUseIndexesAsTheQueueGrows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	s := newStore(b.pool, b.tables, "plan-test")
+	conn, err := b.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	outcome := `'{1}', '{a}', '{ready}', '{f}', '{0}', '{NULL}', '{NULL}'`
+	statements := []struct{ name, sql, args string }{
+		{"claim", s.claimSQL, `(-1, 1000, 0, 63, '{}')`},
+		{"claim_queue", s.claimQueueSQL, `('{"",a,b}', -1, 0, 63, 1000)`},
+		{"fan_out", s.fanOutSQL, `('plan-test', ` + outcome + `, '{1}', '{k1}')`},
+		{"reroute", s.rerouteSQL, `('plan-test', ` + outcome + `)`},
+		{"delete_deliveries", s.deleteDeliveriesSQL, `('plan-test', '{a}', '{1}')`},
+		{"demote", s.demoteSQL, `('plan-test', ` + outcome + `)`},
+		{"heads", s.headsSQL, `('plan-test', ` + outcome + `)`},
+		{"promote", s.promoteSQL, `('{k1}', '{a}', 'plan-test')`},
+	}
+	plans := func() map[string]string {
+		out := map[string]string{}
+		for _, st := range statements {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[st.name] = queryPlan(t, tx, "EXPLAIN EXECUTE "+st.name+st.args)
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	for _, st := range statements {
+		if _, err := conn.Exec(ctx, "PREPARE "+st.name+" AS "+st.sql); err != nil {
+			t.Fatalf("preparing %s: %v", st.name, err)
+		}
+	}
+	for name, plan := range plans() { // planned for the empty tables
+		if name == "claim" || name == "claim_queue" {
+			if strings.Contains(plan, "Seq Scan on outbox_deliveries") {
+				t.Errorf("%s reads the whole deliveries table:\n%s", name, plan)
+			}
+		}
+	}
+
+	// A sink down: 30,000 deliveries waiting behind 1,000 heads.
+	if _, err := conn.Exec(ctx, `INSERT INTO `+b.tables.Deliveries()+` (sink, seq, lane, id, topic, key, created_at, state, next_at)
+SELECT 'a', g, hashtext('k' || (g % 1000)) & 63, gen_random_uuid(), 't', 'k' || (g % 1000), now(),
+       CASE WHEN g <= 1000 THEN 'ready' ELSE 'waiting' END, CASE WHEN g <= 1000 THEN now() END
+FROM generate_series(1, 30000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the inserts counted in the statistics", func() bool {
+		var changed int64
+		_ = b.pool.QueryRow(ctx, "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = to_regclass($1)",
+			b.tables.Deliveries()).Scan(&changed)
+		return changed >= 30000
+	})
+	did, err := s.upkeepTables(ctx, vacuumAfterDeadTuples, analyzeAfterRows)
+	if err != nil || did != "analyzed" {
+		t.Fatalf("upkeep of a grown deliveries table: %q, %v; want it analyzed", did, err)
+	}
+	for name, plan := range plans() {
+		if strings.Contains(plan, "Seq Scan on outbox_deliveries") {
+			t.Errorf("%s reads the whole deliveries table once it grew:\n%s", name, plan)
+		}
 	}
 }

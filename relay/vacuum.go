@@ -16,6 +16,10 @@ const (
 	// the outbox's dead tuples (each recorded event leaves one), besides the
 	// look every maintainEvery.
 	vacuumCheckEvery = 5000
+	// analyzeAfterRows is the fewest rows changed in the deliveries table
+	// since it was last analyzed that make the relay analyze it (or a tenth
+	// of it, when that is more).
+	analyzeAfterRows = 1000
 )
 
 // countRecorded adds a recorded batch of n events and asks the vacuum loop
@@ -32,8 +36,9 @@ func (r *Relay) countRecorded(n int) {
 	}
 }
 
-// vacuumLoop vacuums the outbox and holds tables whenever the outbox holds
-// more than vacuumAfterDeadTuples dead tuples, looking every maintainEvery
+// vacuumLoop vacuums the outbox and deliveries tables whenever either holds
+// more than vacuumAfterDeadTuples dead tuples (and analyzes the deliveries
+// table as it grows or shrinks: see upkeepTables), looking every maintainEvery
 // and whenever countRecorded asks. Every delivered event leaves a dead tuple
 // that claims walk past until a vacuum removes it: at 10,000 events/s a
 // look every 10 s let 100,000 pile up between vacuums, and the claims of the
@@ -53,12 +58,12 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 		case <-r.vacuumCheck:
 		}
 		start := time.Now()
-		vacuumed, err := s.vacuumIfNeeded(ctx, vacuumAfterDeadTuples)
+		did, err := s.upkeepTables(ctx, vacuumAfterDeadTuples, analyzeAfterRows)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("relay: vacuum failed", "error", err)
-		case vacuumed:
-			r.log.Debug("relay: vacuumed the outbox", "took", time.Since(start))
+		case did != "":
+			r.log.Debug("relay: "+did+" the outbox tables", "took", time.Since(start))
 		}
 	}
 }

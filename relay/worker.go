@@ -44,6 +44,10 @@ type worker struct {
 	// the stats table every statsEvery.
 	stats map[statKey]int64
 
+	// skip holds outbox rows left in place because another transaction
+	// held them locked, with when to claim them again (see leave).
+	skip map[int64]skipEntry
+
 	// maintaining is set while a round of upkeep runs in the background.
 	maintaining atomic.Bool
 	upkeep      sync.WaitGroup
@@ -54,8 +58,8 @@ const (
 	// for this long, catching events whose notification was debounced.
 	lingerFor   = 250 * time.Millisecond
 	lingerEvery = 5 * time.Millisecond
-	// maintainEvery spaces upkeep: stale holds, the retention cleaner and
-	// the periodic vacuum check.
+	// maintainEvery spaces upkeep: departed relays, the retention cleaner,
+	// deliveries for sinks no longer routed and the periodic vacuum check.
 	maintainEvery = 10 * time.Second
 	// statsEvery spaces the flushes of published counts to the stats table.
 	statsEvery = 5 * time.Second
@@ -79,7 +83,7 @@ func (w *worker) loop(ctx, work context.Context) {
 		cfg          = w.r.cfg
 		lastWork     time.Time
 		nextLanes    time.Time
-		nextMaintain = time.Now().Add(maintainEvery)
+		nextMaintain time.Time // the first round at start
 		nextStats    = time.Now().Add(statsEvery)
 		failures     int
 		timer        = time.NewTimer(0)
@@ -100,8 +104,11 @@ func (w *worker) loop(ctx, work context.Context) {
 			}
 			nextLanes = now.Add(laneEvery)
 		}
-		if !now.Before(nextMaintain) && w.index == 0 {
-			w.maintainInBackground(ctx)
+		if !now.Before(nextMaintain) {
+			if w.index == 0 {
+				w.maintainInBackground(ctx)
+			}
+			w.deadLetterUnrouted(work)
 			nextMaintain = now.Add(maintainEvery)
 		}
 		if !now.Before(nextStats) {
@@ -131,10 +138,7 @@ func (w *worker) loop(ctx, work context.Context) {
 			// spends at most a third of the time on it.
 			wait = min(wait, max(lingerEvery, 2*time.Since(cycleStart)))
 		}
-		wait = min(wait, time.Until(nextLanes), time.Until(nextStats))
-		if w.index == 0 {
-			wait = min(wait, time.Until(nextMaintain))
-		}
+		wait = min(wait, time.Until(nextLanes), time.Until(nextStats), time.Until(nextMaintain))
 		timer.Reset(max(wait, 0))
 		select {
 		case <-ctx.Done():
@@ -152,9 +156,21 @@ func (w *worker) loop(ctx, work context.Context) {
 	}
 }
 
+// deadLetterUnrouted turns deliveries of this worker's lanes that wait for
+// a sink no route names any more into dead letters.
+func (w *worker) deadLetterUnrouted(ctx context.Context) {
+	n, err := w.store.deadLetterUnrouted(ctx, w.r.sinkNames)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		w.log.Warn("relay: dead-lettering deliveries for sinks no route names failed", "error", err)
+	case n > 0:
+		w.log.Warn("relay: deliveries waiting for sinks no route names are dead letters now", "count", n)
+	}
+}
+
 // maintainInBackground runs one round of upkeep off the claim loop, unless
-// the previous round is still running: stale holds and departed relays, and
-// delivered rows past retention.
+// the previous round is still running: departed relays, and delivered rows
+// past retention.
 func (w *worker) maintainInBackground(ctx context.Context) {
 	if !w.maintaining.CompareAndSwap(false, true) {
 		return
@@ -221,54 +237,65 @@ func (w *worker) claimableLanes(now time.Time) uint64 {
 }
 
 // cycle claims one batch, publishes it and records the outcome. It returns
-// the number of events claimed.
+// the number of events and deliveries claimed.
 func (w *worker) cycle(ctx context.Context) (int, error) {
 	cfg := w.r.cfg
-	mask := w.claimableLanes(time.Now())
-	start := time.Now()
-	rows, err := w.store.claim(ctx, mask, cfg.BatchSize, w.r.sinkNames)
+	now := time.Now()
+	mask := w.claimableLanes(now)
+	fresh, queued, err := w.store.claim(ctx, mask, cfg.BatchSize, w.r.queueSinks(now), w.skipped(now))
 	if err != nil {
 		return 0, err
 	}
-	cfg.Observer.Claimed(len(rows), time.Since(start))
-	if len(rows) == 0 {
+	n := len(fresh) + len(queued)
+	cfg.Observer.Claimed(n, time.Since(now))
+	if n == 0 {
 		return 0, nil
 	}
-	b := w.newBatch(rows, time.Now())
+	b := w.newBatch(fresh, queued, time.Now())
 	b.plan()
-	pubCtx, cancel := context.WithTimeout(ctx, cfg.PublishTimeout)
+	// A publish ends when the lanes' lease would: past it, another relay
+	// may own them and publish the same keys.
+	deadline := time.Now().Add(cfg.PublishTimeout)
+	if w.lanesExpire.Before(deadline) {
+		deadline = w.lanesExpire
+	}
+	pubCtx, cancel := context.WithDeadline(ctx, deadline)
 	b.publish(pubCtx)
 	cancel()
 	b.now = time.Now()
 	b.settle()
 	o := b.outcome()
-	if b.counts.retried+b.counts.dead+b.counts.paused > 0 {
-		w.log.Debug("relay: batch settled", "claimed", len(rows), "done", b.counts.done,
-			"retried", b.counts.retried, "dead", b.counts.dead, "parked", b.counts.parked, "paused", b.counts.paused)
+	if b.counts.retried+b.counts.dead+b.counts.paused+b.counts.waiting > 0 {
+		w.log.Debug("relay: batch settled", "events", len(fresh), "deliveries", len(queued), "done", b.counts.done,
+			"retried", b.counts.retried, "dead", b.counts.dead, "waiting", b.counts.waiting, "paused", b.counts.paused)
 	}
 
 	// The record is not overlapped with the next claim: that claim would
 	// walk this batch's rows again while their DELETE runs, and measured
 	// drains were no faster for it (docs/benchmarks.md).
-	return len(rows), w.record(ctx, o, len(rows))
+	return n, w.record(ctx, o, n)
 }
 
 // record writes a batch's outcome. A passing database failure must not lose
-// it: it is retried until this worker's lanes would expire (after that,
+// it: it is retried while this worker's lanes are leased to it (after that,
 // another relay may own them and delivers their events again). A batch not
-// recorded stays pending, and its events are delivered again.
+// recorded stays where it was, and its events are delivered again.
 func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 	for attempt := 1; ; attempt++ {
+		if time.Now().After(w.lanesExpire) {
+			return fmt.Errorf("not recording a batch of %d events: the lanes' lease ran out while it was published (they stay where they were and will be delivered again)", n)
+		}
 		start := time.Now()
-		err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
+		left, err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
 		if err == nil {
 			w.r.cfg.Observer.Recorded(n, time.Since(start))
 			w.r.countRecorded(n)
+			w.leave(left)
 			return nil
 		}
 		delay := min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)
 		if time.Now().Add(delay).After(w.lanesExpire) || ctx.Err() != nil {
-			return fmt.Errorf("recording batch of %d events (they stay pending and will be delivered again): %w", n, err)
+			return fmt.Errorf("recording batch of %d events (they stay where they were and will be delivered again): %w", n, err)
 		}
 		w.log.Warn("relay: recording failed; retrying", "error", err, "attempt", attempt)
 		if !sleep(ctx, delay) {
@@ -276,6 +303,49 @@ func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 		}
 	}
 }
+
+// leave sets aside outbox rows a record could not remove because another
+// transaction held them locked: they were published, and are claimed (and
+// published) again once their set-aside time has passed, 1s doubling to a
+// minute while they stay locked.
+func (w *worker) leave(seqs []int64) {
+	now := time.Now()
+	for _, seq := range seqs {
+		e := w.skip[seq]
+		e.wait = min(max(2*e.wait, time.Second), time.Minute)
+		e.until = now.Add(e.wait)
+		if len(w.skip) >= maxSkipped {
+			break // bounded memory: the rest are claimed again sooner
+		}
+		w.skip[seq] = e
+		w.log.Warn("relay: an event was published but another transaction holds its row locked; it is left in the outbox and sent again later",
+			"seq", seq, "retry_in", e.wait)
+	}
+}
+
+// skipped lists the rows set aside until after now, forgetting those whose
+// time passed long ago.
+func (w *worker) skipped(now time.Time) []int64 {
+	var out []int64
+	for seq, e := range w.skip {
+		switch {
+		case e.until.After(now):
+			out = append(out, seq)
+		case now.Sub(e.until) > time.Minute:
+			delete(w.skip, seq)
+		}
+	}
+	return out
+}
+
+// skipEntry is a row set aside by leave.
+type skipEntry struct {
+	until time.Time
+	wait  time.Duration
+}
+
+// maxSkipped bounds the rows set aside at once.
+const maxSkipped = 10000
 
 // statKey is one row of the stats table.
 type statKey struct {

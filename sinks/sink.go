@@ -45,10 +45,13 @@ type Event struct {
 // event, at the same index: nil when the destination acknowledged the event,
 // otherwise an error the relay classifies with IsPermanent and IsUnavailable
 // (anything else is retried with backoff). Events sharing a Key must not be
-// reordered, and once one of them fails, the later ones of that key in the
-// same call must not be delivered: report them failed too (ErrSkipped).
-// Publish must honour ctx's deadline. The relay never calls Publish
-// concurrently on one Sink, unless it implements ConcurrentPublisher.
+// reordered. What a failure means for the later events of its key is the
+// relay's to decide: whatever the sink reports for them, they wait behind
+// the failed one and are sent again after it. So a sink should not send
+// them once one failed, when it can tell (report ErrSkipped): that spares a
+// duplicate arriving out of order. Publish must honour ctx's deadline. The
+// relay never calls Publish concurrently on one Sink, unless it implements
+// ConcurrentPublisher.
 //
 // Close flushes anything buffered and releases connections.
 type Sink interface {
@@ -68,8 +71,8 @@ type ConcurrentPublisher interface {
 }
 
 // ErrSkipped is reported for an event a sink did not try because an earlier
-// event of the same key failed in the same call. It does not count as an
-// attempt.
+// event of the same key failed in the same call. The relay counts no
+// attempt for it.
 var ErrSkipped = errors.New("sinks: not attempted: an earlier event of the same key failed")
 
 type permanentError struct{ err error }

@@ -21,16 +21,21 @@ import (
 func newDLQCommand(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "List, show, replay and purge dead-lettered events",
-		Long: `List, show, replay and purge dead-lettered events (status dead).
+		Short: "List, show, replay and purge dead letters",
+		Long: `List, show, replay and purge dead letters. A dead letter is an event that
+failed for good on one sink: an event that failed on two sinks is two dead
+letters. Events that matched no route, or could not be read, die at the
+routing step, before any sink (shown as sink "(routing)").
 
-Filters select events by --topic (a pattern: * matches any run of
-characters), --key, --sink (failed for good on that sink), --error (a
-substring of the last error, any case) and --since/--until (when the event
-died: an RFC 3339 time, or a duration meaning that long ago, e.g. 24h).
+Filters select dead letters by --topic (a pattern: * matches any run of
+characters), --key, --sink (the sink it failed on), --error (a substring of
+its last error, any case) and --since/--until (when it died: an RFC 3339
+time, or a duration meaning that long ago, e.g. 24h).
 
-Every command walks the dead letters in batches of 1,000 rows, each its own
-short transaction, so it works on any number of them.`,
+Every command walks the dead letters in batches of 1,000, each its own short
+transaction, so it works on any number of them. Replay and purge lock every
+lane for the length of a batch: relays wait for the batch, and it waits for
+the batches relays are recording.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newDLQListCommand(g), newDLQShowCommand(g), newDLQReplayCommand(g), newDLQPurgeCommand(g))
@@ -51,7 +56,7 @@ func (f *filterFlags) register(fs *pflag.FlagSet, withIDs, withOlderThan bool) {
 	}
 	fs.StringVar(&f.topic, "topic", "", "topic pattern (* matches any run of characters)")
 	fs.StringVar(&f.key, "key", "", "event key")
-	fs.StringVar(&f.sink, "sink", "", "sink the event failed on for good")
+	fs.StringVar(&f.sink, "sink", "", "sink the dead letter failed on")
 	fs.StringVar(&f.errContains, "error", "", "substring of the last error (any case)")
 	fs.StringVar(&f.since, "since", "", "died at or after: RFC 3339 time or a duration ago (24h)")
 	fs.StringVar(&f.until, "until", "", "died before: RFC 3339 time or a duration ago (1h)")
@@ -103,7 +108,7 @@ func selection(f deadletter.Filter, all bool) error {
 	case all && !f.IsZero():
 		return usageError(errors.New("--all: cannot be combined with --id or filters"))
 	case !all && f.IsZero():
-		return usageError(errors.New("select events with --id, a filter (--topic, --key, --sink, --error, --since, --until, --older-than) or --all"))
+		return usageError(errors.New("select dead letters with --id, a filter (--topic, --key, --sink, --error, --since, --until, --older-than) or --all"))
 	}
 	return nil
 }
@@ -169,10 +174,10 @@ func (p *progress) report(done int64) {
 	}
 	p.last = time.Now()
 	if p.total > 0 {
-		fmt.Fprintf(p.w, "%s %d/%d events (%.0f%%, %s)\n", p.verb, done, p.total, 100*float64(done)/float64(p.total), time.Since(p.start).Round(time.Millisecond))
+		fmt.Fprintf(p.w, "%s %d/%d dead letters (%.0f%%, %s)\n", p.verb, done, p.total, 100*float64(done)/float64(p.total), time.Since(p.start).Round(time.Millisecond))
 		return
 	}
-	fmt.Fprintf(p.w, "%s %d events (%s)\n", p.verb, done, time.Since(p.start).Round(time.Millisecond))
+	fmt.Fprintf(p.w, "%s %d dead letters (%s)\n", p.verb, done, time.Since(p.start).Round(time.Millisecond))
 }
 
 // deadLetterWriter prints dead letters as a table or a JSON array, one at a
@@ -199,10 +204,14 @@ func (d *deadLetterWriter) write(dl deadletter.DeadLetter) error {
 		}
 	} else {
 		if d.n == 0 {
-			fmt.Fprintf(d.w, "%-36s  %-24s  %-16s  %-20s  %4s  %-16s  %s\n", "ID", "TOPIC", "KEY", "DIED AT", "ATT", "DEAD ON", "LAST ERROR")
+			fmt.Fprintf(d.w, "%-36s  %-16s  %-24s  %-16s  %-20s  %4s  %-5s  %s\n", "ID", "SINK", "TOPIC", "KEY", "DIED AT", "ATT", "STOPS", "LAST ERROR")
 		}
-		if _, err := fmt.Fprintf(d.w, "%-36s  %-24s  %-16s  %-20s  %4d  %-16s  %s\n", dl.ID, cell(dl.Topic, 24), cell(dl.Key, 16),
-			dl.DiedAt.UTC().Format(time.RFC3339), dl.Attempts, cell(strings.Join(dl.DeadSinks, ","), 16), cell(dl.LastError, 100)); err != nil {
+		stops := "-"
+		if dl.StopsKey {
+			stops = "key"
+		}
+		if _, err := fmt.Fprintf(d.w, "%-36s  %-16s  %-24s  %-16s  %-20s  %4d  %-5s  %s\n", dl.ID, cell(sinkName(dl.Sink), 16), cell(dl.Topic, 24),
+			cell(dl.Key, 16), dl.DiedAt.UTC().Format(time.RFC3339), dl.Attempts, stops, cell(dl.LastError, 100)); err != nil {
 			return err
 		}
 	}
@@ -225,6 +234,14 @@ func (d *deadLetterWriter) finish() error {
 		_, err = fmt.Fprintln(d.w, "\n]")
 	}
 	return err
+}
+
+// sinkName names a sink for people: the routing step ("") as "(routing)".
+func sinkName(s string) string {
+	if s == deadletter.RoutingStep {
+		return "(routing)"
+	}
+	return s
 }
 
 // cell fits s on one line of at most n characters.
@@ -250,18 +267,18 @@ func listAll(ctx context.Context, store *deadletter.Store, f deadletter.Filter, 
 	return dw.finish()
 }
 
-// bulkChange is a dead-letter command that changes every selected event in
-// batches: replay or purge. Both select, count, list on --dry-run, confirm
-// unless --yes, then apply with progress.
+// bulkChange is a dead-letter command that changes every selected dead
+// letter in batches: replay or purge. Both select, count, list on
+// --dry-run, confirm unless --yes, then apply with progress.
 type bulkChange struct {
 	ff               filterFlags
 	all, dryRun, yes bool
 	// verb and done name the change ("replay", "replayed").
 	verb, done string
-	// scope ends the messages about the events (" to every sink…"); it may
-	// be empty.
+	// scope ends the messages about the dead letters (" through the
+	// routing step…"); it may be empty.
 	scope func() string
-	// question asks for confirmation of a change to n events.
+	// question asks for confirmation of a change to n dead letters.
 	question func(n int64) string
 	apply    func(ctx context.Context, store *deadletter.Store, f deadletter.Filter, progress func(int64)) (deadletter.Result, error)
 }
@@ -296,7 +313,7 @@ func (b *bulkChange) run(cmd *cobra.Command, g *globalFlags) error {
 		if err := listAll(ctx, store, f, out, errOut, false, n); err != nil {
 			return runtimeError(s.scrub(err))
 		}
-		fmt.Fprintf(out, "dry run: would %s %d dead events%s; nothing changed\n", b.verb, n, scope)
+		fmt.Fprintf(out, "dry run: would %s %d dead letters%s; nothing changed\n", b.verb, n, scope)
 		return nil
 	}
 	if n == 0 {
@@ -313,7 +330,7 @@ func (b *bulkChange) run(cmd *cobra.Command, g *globalFlags) error {
 	if err != nil {
 		return runtimeError(s.scrub(err))
 	}
-	fmt.Fprintf(out, "%s %d dead events%s\n", b.done, res.Count, scope)
+	fmt.Fprintf(out, "%s %d dead letters%s\n", b.done, res.Count, scope)
 	return missingIDs(res.Missing)
 }
 
@@ -322,5 +339,5 @@ func missingIDs(missing []string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	return runtimeError(fmt.Errorf("%d of the given ids are not dead letters matching the filters: %s", len(missing), strings.Join(missing, ", ")))
+	return runtimeError(fmt.Errorf("%d of the given ids have no dead letter matching the filters: %s", len(missing), strings.Join(missing, ", ")))
 }

@@ -17,9 +17,12 @@ func newDLQListCommand(g *globalFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List dead-lettered events, oldest first",
-		Long: `List dead-lettered events in the order they were written (seq), as a
-table or, with --json, a JSON array of objects whose id is the event id.
+		Short: "List dead letters, oldest event first",
+		Long: `List dead letters in the order their events were written (seq), then by
+sink, as a table or, with --json, a JSON array of objects: seq, id (the
+event id), topic, key, sink ("" for the routing step), attempts,
+created_at, died_at, last_error and stops_key (the dead letter holds back
+the later events of its key on its sink until it is replayed or purged).
 --limit 0 lists them all (streamed, with progress on stderr).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,7 +55,7 @@ table or, with --json, a JSON array of objects whose id is the event id.
 		},
 	}
 	ff.register(cmd.Flags(), true, true)
-	cmd.Flags().IntVar(&limit, "limit", 100, "most events to list (0 for all)")
+	cmd.Flags().IntVar(&limit, "limit", 100, "most dead letters to list (0 for all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
 }

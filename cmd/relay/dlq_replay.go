@@ -16,32 +16,39 @@ func newDLQReplayCommand(g *globalFlags) *cobra.Command {
 		done: "replayed",
 		scope: func() string {
 			if allSinks {
-				return " to every sink of their route"
+				return " through the routing step, to every sink of their events' routes"
 			}
-			return " to the sinks that did not deliver them"
+			return " into their sinks' queues"
 		},
 		apply: func(ctx context.Context, store *deadletter.Store, f deadletter.Filter, progress func(int64)) (deadletter.Result, error) {
 			return store.Replay(ctx, f, deadletter.ReplayOpts{AllSinks: allSinks, Progress: progress})
 		},
 	}
-	b.question = func(n int64) string { return fmt.Sprintf("Replay %d dead events%s?", n, b.scope()) }
+	b.question = func(n int64) string { return fmt.Sprintf("Replay %d dead letters%s?", n, b.scope()) }
 	cmd := &cobra.Command{
 		Use:   "replay",
-		Short: "Make dead-lettered events pending again, for the sinks that failed",
-		Long: `Make dead-lettered events pending again: same id and seq, attempts 0, due
-now. Only the sinks that did not deliver an event get it again, unless
---all-sinks. Events of one key go out again in seq order. Holds the event
-kept under relay.stop_key_on_dead_letter are released and the later events
-of its key, parked behind it, are woken.
+		Short: "Put dead letters back in their sinks' queues",
+		Long: `Put dead letters back in their queues: each event keeps its id and seq and
+goes to the sink it failed on again, attempts 0. A dead letter becomes the
+head of its key's queue on its sink, due now, unless that queue already has
+a head (an earlier delivery being retried): then it waits its turn, in seq
+order. A dead letter that stopped its key (relay.stop_key_on_dead_letter)
+goes first and the deliveries waiting behind it follow, in order. The
+relays are woken at once.
 
-Select events with --id (repeatable), filters, or --all. --dry-run lists what
-would be replayed and changes nothing. Without --yes, replay asks for
-confirmation on the terminal (and refuses when there is none).`,
+--all-sinks sends the events back through the routing step instead: they
+are routed again and go to every sink of their route, including those that
+delivered them (consumers dedupe on the event id); all their dead letters
+go. An event still queued on some sink is replayed on its own sinks only.
+
+Select dead letters with --id (repeatable), filters, or --all. --dry-run
+lists what would be replayed and changes nothing. Without --yes, replay asks
+for confirmation on the terminal (and refuses when there is none).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd, g) },
 	}
 	b.ff.register(cmd.Flags(), true, false)
 	b.register(cmd.Flags())
-	cmd.Flags().BoolVar(&allSinks, "all-sinks", false, "send to every sink again, including those that delivered")
+	cmd.Flags().BoolVar(&allSinks, "all-sinks", false, "route the events again, to every sink of their route (including those that delivered them)")
 	return cmd
 }

@@ -22,8 +22,14 @@ func newDLQShowCommand(g *globalFlags) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "show ID",
-		Short: "Show every field of an event: headers, payload, per-sink errors and attempts",
-		Args:  cobra.ExactArgs(1),
+		Short: "Show an event: its fields, headers, payload and its state on each sink",
+		Long: `Show an event, wherever it is: pending in the outbox, queued for a sink,
+dead, or done (kept by relay.retention). For each sink with a delivery of it
+(and the routing step, "(routing)"): its state (ready: due at its next
+attempt; waiting: behind the delivery named under WAITS BEHIND, the head of
+its key's queue there; dead), attempts, when it joined the queue, when it
+died, whether it stops its key, and the last error.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, store, done, err := g.deadLetters(cmd)
 			if err != nil {
@@ -58,11 +64,8 @@ func newDLQShowCommand(g *globalFlags) *cobra.Command {
 func writeEvent(out io.Writer, e *deadletter.Event) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	when := func(t time.Time) string {
-		switch {
-		case t.IsZero():
+		if t.IsZero() {
 			return "-"
-		case t.Year() == 9999:
-			return "never (parked until an operator replays or purges the event before it)"
 		}
 		return t.UTC().Format(time.RFC3339Nano)
 	}
@@ -76,11 +79,14 @@ func writeEvent(out io.Writer, e *deadletter.Event) error {
 	fmt.Fprintf(w, "key:\t%s\n", orDash(e.Key))
 	fmt.Fprintf(w, "status:\t%s\n", e.Status)
 	fmt.Fprintf(w, "created_at:\t%s\n", when(e.CreatedAt))
-	fmt.Fprintf(w, "available_at:\t%s\n", when(e.AvailableAt))
-	fmt.Fprintf(w, "finished_at:\t%s\n", when(e.FinishedAt))
-	fmt.Fprintf(w, "attempts:\t%d (max %s)\n", e.Attempts, maxAttempts)
+	if !e.AvailableAt.IsZero() {
+		fmt.Fprintf(w, "available_at:\t%s\n", when(e.AvailableAt))
+	}
+	if !e.FinishedAt.IsZero() {
+		fmt.Fprintf(w, "finished_at:\t%s\n", when(e.FinishedAt))
+	}
+	fmt.Fprintf(w, "max_attempts:\t%s\n", maxAttempts)
 	fmt.Fprintf(w, "content_type:\t%s\n", orDash(e.ContentType))
-	fmt.Fprintf(w, "last_error:\t%s\n", orDash(e.LastError))
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -100,10 +106,15 @@ func writeEvent(out io.Writer, e *deadletter.Event) error {
 
 	fmt.Fprintln(out, "\ndeliveries:")
 	if len(e.Deliveries) == 0 {
-		fmt.Fprintln(out, "  (none yet)")
+		switch e.Status {
+		case deadletter.StatusPending:
+			fmt.Fprintln(out, "  (none yet: the event has not been claimed)")
+		default:
+			fmt.Fprintln(out, "  (none left: delivered to every sink of its route)")
+		}
 	} else {
 		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "  SINK\tSTATE\tATTEMPTS\tAT\tERROR")
+		fmt.Fprintln(w, "  SINK\tSTATE\tATTEMPTS\tNEXT ATTEMPT\tQUEUED AT\tDIED AT\tSTOPS KEY\tWAITS BEHIND\tERROR")
 		sinkNames := make([]string, 0, len(e.Deliveries))
 		for k := range e.Deliveries {
 			sinkNames = append(sinkNames, k)
@@ -111,7 +122,15 @@ func writeEvent(out io.Writer, e *deadletter.Event) error {
 		slices.Sort(sinkNames)
 		for _, k := range sinkNames {
 			d := e.Deliveries[k]
-			fmt.Fprintf(w, "  %s\t%s\t%d\t%s\t%s\n", k, d.State, d.Attempts, when(d.At), orDash(d.Error))
+			stops, behind := "-", "-"
+			if d.StopsKey {
+				stops = "yes"
+			}
+			if d.Head != nil {
+				behind = fmt.Sprintf("seq %d (%s, %s)", d.Head.Seq, d.Head.ID, d.Head.State)
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", sinkName(k), d.State, d.Attempts, when(d.NextAt),
+				when(d.QueuedAt), when(d.DeadAt), stops, behind, orDash(cell(d.Error, 200)))
 		}
 		if err := w.Flush(); err != nil {
 			return err

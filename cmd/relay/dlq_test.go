@@ -49,20 +49,33 @@ func newDLQBundle(t *testing.T) *dlqBundle {
 	}
 }
 
-// insertDead inserts n dead events of a topic whose hook delivery failed
-// and kafka delivery succeeded.
-func (b *dlqBundle) insertDead(n int, topic string) {
-	b.exec(`INSERT INTO `+b.tables.Outbox()+` (topic, key, payload, headers, status, attempts, last_error, deliveries, finished_at)
-SELECT $1, 'k-' || i, '{"total": 42, "items": [1, 2]}', '{"x-tenant": "acme"}', 'dead', 3, 'hook: HTTP 500 Internal Server Error',
-  '{"hook": {"state": "dead", "attempts": 3, "error": "HTTP 500 Internal Server Error", "at": "2026-01-01T00:00:00Z"},
-    "kafka": {"state": "done", "attempts": 1, "at": "2026-01-01T00:00:00Z"}}', now() - interval '2 hours'
-FROM generate_series(1, $2) AS i`, topic, n)
+// insertDead writes n events of a topic, keys k-1 to k-n, each dead on
+// sink (3 attempts, died 2 hours ago), straight into the deliveries table
+// as a relay would leave them.
+func (b *dlqBundle) insertDead(n int, topic, sink string) {
+	b.exec(`INSERT INTO `+b.tables.Deliveries()+` (sink, seq, lane, id, topic, key, payload, headers, created_at,
+    state, attempts, last_error, dead_at)
+SELECT $3, s.seq, hashtext('k-' || s.i) & 63, gen_random_uuid(), $1, 'k-' || s.i, '{"total": 42, "items": [1, 2]}',
+       '{"x-tenant": "acme"}', now() - interval '3 hours', 'dead', 3, 'HTTP 500 Internal Server Error', now() - interval '2 hours'
+FROM (SELECT i, nextval(pg_get_serial_sequence($4, 'seq')) AS seq FROM generate_series(1, $2) AS i) s`, topic, n, sink, b.tables.Outbox())
 }
 
-// dump is the outbox and holds tables as text.
+// insert writes one delivery of a new event (state ready, waiting or dead)
+// and returns the event's id and seq; key may be empty.
+func (b *dlqBundle) insert(topic, key, sink, state, lastError string) (string, string) {
+	out := b.query(`WITH e AS (SELECT nextval(pg_get_serial_sequence($1, 'seq')) AS seq, gen_random_uuid() AS id)
+INSERT INTO `+b.tables.Deliveries()+` (sink, seq, lane, id, topic, key, payload, created_at, state, next_at, last_error, dead_at)
+SELECT $2, e.seq, hashtext(coalesce(nullif($4, ''), e.id::text)) & 63, e.id, $3, nullif($4, ''), '{"n": 1}', now() - interval '5 minutes',
+       $5, CASE WHEN $5 = 'ready' THEN now() END, nullif($6, ''), CASE WHEN $5 = 'dead' THEN now() END
+FROM e RETURNING id::text || ' ' || seq`, b.tables.Outbox(), sink, topic, key, state, lastError)
+	id, seq, _ := strings.Cut(out, " ")
+	return id, seq
+}
+
+// dump is the outbox and deliveries tables as text.
 func (b *dlqBundle) dump() string {
 	return b.query("SELECT coalesce(string_agg(o::text, E'\\n' ORDER BY seq), '') FROM "+b.tables.Outbox()+" o") + "\n--\n" +
-		b.query("SELECT coalesce(string_agg(h::text, E'\\n' ORDER BY seq, sink), '') FROM "+b.tables.Holds()+" h")
+		b.query("SELECT coalesce(string_agg(d::text, E'\\n' ORDER BY seq, sink), '') FROM "+b.tables.Deliveries()+" d")
 }
 
 func (b *dlqBundle) check(t *testing.T, r result, code int) {
@@ -78,21 +91,22 @@ func (b *dlqBundle) check(t *testing.T, r result, code int) {
 func TestDLQListAndShow(t *testing.T) {
 	t.Parallel()
 	b := newDLQBundle(t)
-	b.insertDead(2, "orders.created")
-	b.insertDead(1, "users_created")
-	b.exec("INSERT INTO " + b.tables.Outbox() + " (topic, status, last_error, finished_at) VALUES ('usersXcreated', 'dead', 'no route matches topic', now())")
+	b.insertDead(2, "orders.created", "hook")
+	b.insertDead(1, "users_created", "hook")
+	b.insert("usersXcreated", "", "", "dead", "no route matches topic")
 
 	r := runRelay(t, nil, b.args("dlq", "list")...)
 	b.check(t, r, 0)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 5 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], "orders.created") || !strings.Contains(lines[1], "hook: HTTP 500") {
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[0], "SINK") ||
+		!regexp.MustCompile(`\s+hook\s+orders\.created\s+k-1\s.*HTTP 500`).MatchString(lines[1]) || !strings.Contains(lines[4], "(routing)") {
 		t.Fatalf("table:\n%s", r)
 	}
 
 	var listed []map[string]any
 	r = runRelay(t, nil, b.args("dlq", "list", "--json", "--topic", "users_created")...)
 	b.check(t, r, 0)
-	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed) != 1 || listed[0]["topic"] != "users_created" {
+	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed) != 1 || listed[0]["topic"] != "users_created" || listed[0]["sink"] != "hook" {
 		t.Fatalf("--topic users_created (the _ is literal): %v\n%s", err, r)
 	}
 	r = runRelay(t, nil, b.args("dlq", "list", "--json", "--topic", "*created", "--sink", "hook", "--error", "internal SERVER", "--since", "3h", "--until", "1h", "--limit", "2")...)
@@ -114,15 +128,14 @@ func TestDLQListAndShow(t *testing.T) {
 
 	r = runRelay(t, nil, b.args("dlq", "show", id)...)
 	b.check(t, r, 0)
-	for _, want := range []string{"id:            " + id, "status:        dead", "x-tenant: acme", "last_error:    hook: HTTP 500 Internal Server Error",
-		"\"total\": 42", "\"items\": [", "attempts:      3 (max relay default)"} {
+	for _, want := range []string{"id:            " + id, "status:        dead", "x-tenant: acme", "max_attempts:  relay default",
+		"\"total\": 42", "\"items\": ["} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("show lacks %q:\n%s", want, r)
 		}
 	}
-	if !regexp.MustCompile(`hook\s+dead\s+3\s+2026-01-01T00:00:00Z\s+HTTP 500`).MatchString(r.stdout) ||
-		!regexp.MustCompile(`kafka\s+done\s+1`).MatchString(r.stdout) {
-		t.Fatalf("show lacks the deliveries:\n%s", r)
+	if !regexp.MustCompile(`hook\s+dead\s+3\s+-\s+\S+\s+\S+\s+-\s+-\s+HTTP 500 Internal Server Error`).MatchString(r.stdout) {
+		t.Fatalf("show lacks the dead letter on hook:\n%s", r)
 	}
 	r = runRelay(t, nil, b.args("dlq", "show", id, "--json")...)
 	b.check(t, r, 0)
@@ -130,6 +143,25 @@ func TestDLQListAndShow(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &shown); err != nil || shown["id"] != id || shown["payload"].(map[string]any)["total"] != 42.0 {
 		t.Fatalf("show --json: %v\n%s", err, r)
 	}
+	// A delivery waiting in its key's queue names the head it waits behind.
+	headID, headSeq := b.insert("orders.paid", "q", "hook", "ready", "HTTP 503")
+	waitID, waitSeq := b.insert("orders.paid", "q", "hook", "waiting", "")
+	b.exec(`INSERT INTO `+b.tables.Deliveries()+` (sink, seq, lane, id, topic, key, payload, created_at, state, stops_key, attempts, last_error, dead_at)
+SELECT 'mail', seq, lane, id, topic, key, payload, created_at, 'dead', true, 1, '550 mailbox unavailable', now()
+FROM `+b.tables.Deliveries()+` WHERE seq = $1`, waitSeq)
+	r = runRelay(t, nil, b.args("dlq", "show", waitID)...)
+	b.check(t, r, 0)
+	if !strings.Contains(r.stdout, "status:        queued") ||
+		!regexp.MustCompile(`hook\s+waiting\s+0\s+-\s+\S+\s+-\s+-\s+seq `+headSeq+` \(`+headID+`, ready\)`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`mail\s+dead\s+1\s+-\s+\S+\s+\S+\s+yes\s+-\s+550 mailbox unavailable`).MatchString(r.stdout) {
+		t.Fatalf("show of a waiting delivery:\n%s", r)
+	}
+	r = runRelay(t, nil, b.args("dlq", "show", headID)...)
+	b.check(t, r, 0)
+	if !regexp.MustCompile(`hook\s+ready\s+0\s+20\d\d-\S+\s+\S+\s+-\s+-\s+-\s+HTTP 503`).MatchString(r.stdout) {
+		t.Fatalf("show of a head:\n%s", r)
+	}
+
 	b.check(t, runRelay(t, nil, b.args("dlq", "show", "0190a0b0-0000-7000-8000-000000000000")...), 1)
 	b.check(t, runRelay(t, nil, b.args("dlq", "show", "not-a-uuid")...), 2)
 	for _, bad := range [][]string{{"--since", "yesterday"}, {"--limit", "-1"}, {"--id", "x"}, {"--older-than", "-1h"}, {"--since", "1h", "--until", "2h"}} {
@@ -146,10 +178,9 @@ func TestDLQListAndShow(t *testing.T) {
 func TestDLQDryRunChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := newDLQBundle(t)
-	b.insertDead(3, "orders.created")
-	seq := b.query("SELECT min(seq)::text FROM " + b.tables.Outbox())
-	b.exec("INSERT INTO "+b.tables.Holds()+" (key, sink, seq, until) VALUES ('k-1', 'hook', $1::bigint, 'infinity')", seq)
-	b.exec("INSERT INTO " + b.tables.Outbox() + " (topic, key, available_at) VALUES ('orders.created', 'k-1', 'infinity')")
+	b.insertDead(3, "orders.created", "hook")
+	b.insert("orders.created", "k-1", "mail", "ready", "")
+	b.exec("INSERT INTO " + b.tables.Outbox() + " (topic, key) VALUES ('orders.created', 'k-1')")
 	before := b.dump()
 	for _, args := range [][]string{
 		{"dlq", "replay", "--all", "--dry-run"},
@@ -159,7 +190,7 @@ func TestDLQDryRunChangesNothing(t *testing.T) {
 	} {
 		r := runRelay(t, nil, b.args(args...)...)
 		b.check(t, r, 0)
-		if !strings.Contains(r.stdout, "dry run: would") || !strings.Contains(r.stdout, " 3 dead events") || strings.Count(r.stdout, "orders.created") != 3 {
+		if !strings.Contains(r.stdout, "dry run: would") || !strings.Contains(r.stdout, " 3 dead letters") || strings.Count(r.stdout, "orders.created") != 3 {
 			t.Fatalf("%v:\n%s", args, r)
 		}
 		if after := b.dump(); after != before {
@@ -171,7 +202,7 @@ func TestDLQDryRunChangesNothing(t *testing.T) {
 func TestDLQConfirmation(t *testing.T) {
 	t.Parallel()
 	b := newDLQBundle(t)
-	b.insertDead(2, "orders.created")
+	b.insertDead(2, "orders.created", "hook")
 	before := b.dump()
 	for _, args := range [][]string{
 		{"dlq", "replay", "--all"},
@@ -212,27 +243,29 @@ func TestConfirm(t *testing.T) {
 func TestDLQReplayAndPurge(t *testing.T) {
 	t.Parallel()
 	b := newDLQBundle(t)
-	b.insertDead(2, "orders.created")
-	b.insertDead(1, "users.created")
-	ids := strings.Split(b.query("SELECT string_agg(id::text, ',' ORDER BY seq) FROM "+b.tables.Outbox()), ",")
+	b.insertDead(2, "orders.created", "hook")
+	b.insertDead(1, "users.created", "hook")
+	ids := strings.Split(b.query("SELECT string_agg(id::text, ',' ORDER BY seq) FROM "+b.tables.Deliveries()), ",")
 	missing := "0190a0b0-0000-7000-8000-000000000000"
-	// By id, one of which is no dead letter: the other is replayed, the
+	// By id, one of which has no dead letter: the other is replayed, the
 	// command fails naming the missing one.
 	r := runRelay(t, nil, b.args("dlq", "replay", "--id", ids[0], "--id", missing, "--yes")...)
 	b.check(t, r, 1)
-	if !strings.Contains(r.stdout, "replayed 1 dead events to the sinks that did not deliver them") || !strings.Contains(r.stderr, missing) {
+	if !strings.Contains(r.stdout, "replayed 1 dead letters into their sinks' queues") || !strings.Contains(r.stderr, missing) {
 		t.Fatalf("replay by id:\n%s", r)
 	}
-	if got := b.query("SELECT status || ' ' || attempts || ' ' || deliveries::text || ' ' || (last_error IS NULL) FROM "+b.tables.Outbox()+" WHERE id = $1", ids[0]); got != `pending 0 {"kafka": {"at": "2026-01-01T00:00:00Z", "state": "done", "attempts": 1}} true` {
-		t.Fatalf("replayed row: %s", got)
+	state := "SELECT coalesce(string_agg(sink || ' ' || state || ' ' || attempts || ' ' || (last_error IS NULL), ', ' ORDER BY sink), 'none') FROM " +
+		b.tables.Deliveries() + " WHERE id = $1"
+	if got := b.query(state, ids[0]); got != "hook ready 0 true" {
+		t.Fatalf("replayed dead letter: %s", got)
 	}
 	r = runRelay(t, nil, b.args("dlq", "replay", "--topic", "orders.*", "--all-sinks", "-y")...)
 	b.check(t, r, 0)
-	if !strings.Contains(r.stdout, "replayed 1 dead events to every sink") || !strings.Contains(r.stderr, "replayed 1/1 events") {
+	if !strings.Contains(r.stdout, "replayed 1 dead letters through the routing step") || !strings.Contains(r.stderr, "replayed 1/1 dead letters") {
 		t.Fatalf("replay --all-sinks:\n%s", r)
 	}
-	if got := b.query("SELECT deliveries::text FROM "+b.tables.Outbox()+" WHERE id = $1", ids[1]); got != "{}" {
-		t.Fatalf("replayed to all sinks: %s", got)
+	if got := b.query(state, ids[1]); got != " ready 0 true" {
+		t.Fatalf("replayed through the routing step: %s", got)
 	}
 	r = runRelay(t, nil, b.args("dlq", "replay", "--topic", "orders.*", "--yes")...)
 	b.check(t, r, 0)
@@ -246,24 +279,27 @@ func TestDLQReplayAndPurge(t *testing.T) {
 	}
 	r = runRelay(t, nil, b.args("dlq", "purge", "--older-than", "1h", "--yes")...)
 	b.check(t, r, 0)
-	if !strings.Contains(r.stdout, "purged 1 dead events") {
+	if !strings.Contains(r.stdout, "purged 1 dead letters") {
 		t.Fatalf("purge:\n%s", r)
 	}
-	if n := b.query("SELECT count(*)::text FROM " + b.tables.Outbox()); n != "2" {
-		t.Fatalf("%s rows left, want the 2 replayed", n)
+	if got := b.query(state, ids[2]); got != "none" {
+		t.Fatalf("purged dead letter: %s", got)
+	}
+	if n := b.query("SELECT count(*)::text FROM " + b.tables.Deliveries()); n != "2" {
+		t.Fatalf("%s deliveries left, want the 2 replayed", n)
 	}
 }
 
-// TestDLQHundredThousand: list, replay and purge 100,000 dead rows in
+// TestDLQHundredThousand: list, replay and purge 100,000 dead letters in
 // bounded batches, with progress on stderr.
 func TestDLQHundredThousand(t *testing.T) {
 	t.Parallel()
 	b := newDLQBundle(t)
 	const n = 100000
-	b.exec(`INSERT INTO `+b.tables.Outbox()+` (topic, key, payload, status, attempts, last_error, deliveries, finished_at)
-SELECT CASE WHEN i % 2 = 0 THEN 'even.t' ELSE 'odd.t' END, 'k-' || (i % 1000), '{"i": 1}', 'dead', 1, 'hook: HTTP 500',
-       '{"hook": {"state": "dead", "attempts": 1, "error": "HTTP 500", "at": "2026-01-01T00:00:00Z"}}', now()
-FROM generate_series(1, $1) AS i`, n)
+	b.exec(`INSERT INTO `+b.tables.Deliveries()+` (sink, seq, lane, id, topic, key, payload, created_at, state, attempts, last_error, dead_at)
+SELECT 'hook', s.seq, hashtext('k-' || (s.i % 1000)) & 63, gen_random_uuid(), CASE WHEN s.i % 2 = 0 THEN 'even.t' ELSE 'odd.t' END,
+       'k-' || (s.i % 1000), '{"i": 1}', now(), 'dead', 1, 'HTTP 500', now()
+FROM (SELECT i, nextval(pg_get_serial_sequence($1, 'seq')) AS seq FROM generate_series(1, $2) AS i) s`, b.tables.Outbox(), n)
 
 	start := time.Now()
 	r := runRelay(t, nil, b.args("dlq", "list", "--limit", "0", "--json")...)
@@ -272,9 +308,9 @@ FROM generate_series(1, $1) AS i`, n)
 		ID string `json:"id"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil || len(listed) != n || listed[0].ID == "" {
-		t.Fatalf("list --limit 0: %d events, %v\n%.2000s", len(listed), err, r.stderr)
+		t.Fatalf("list --limit 0: %d dead letters, %v\n%.2000s", len(listed), err, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "listed 10000 events") || !strings.Contains(r.stderr, "listed 100000 events") {
+	if !strings.Contains(r.stderr, "listed 10000 dead letters") || !strings.Contains(r.stderr, "listed 100000 dead letters") {
 		t.Fatalf("list progress:\n%s", r.stderr)
 	}
 	t.Logf("listed %d in %s", n, time.Since(start))
@@ -282,7 +318,7 @@ FROM generate_series(1, $1) AS i`, n)
 	start = time.Now()
 	r = runRelay(t, nil, b.args("dlq", "replay", "--topic", "even.*", "--yes")...)
 	b.check(t, r, 0)
-	if !strings.Contains(r.stdout, fmt.Sprintf("replayed %d dead events", n/2)) || !strings.Contains(r.stderr, fmt.Sprintf("replayed %d/%d events (100%%", n/2, n/2)) {
+	if !strings.Contains(r.stdout, fmt.Sprintf("replayed %d dead letters", n/2)) || !strings.Contains(r.stderr, fmt.Sprintf("replayed %d/%d dead letters (100%%", n/2, n/2)) {
 		t.Fatalf("replay:\n%s", r)
 	}
 	t.Logf("replayed %d in %s", n/2, time.Since(start))
@@ -290,12 +326,12 @@ FROM generate_series(1, $1) AS i`, n)
 	start = time.Now()
 	r = runRelay(t, nil, b.args("dlq", "purge", "--all", "--yes")...)
 	b.check(t, r, 0)
-	if !strings.Contains(r.stdout, fmt.Sprintf("purged %d dead events", n/2)) || !strings.Contains(r.stderr, fmt.Sprintf("purged %d/%d events (100%%", n/2, n/2)) {
+	if !strings.Contains(r.stdout, fmt.Sprintf("purged %d dead letters", n/2)) || !strings.Contains(r.stderr, fmt.Sprintf("purged %d/%d dead letters (100%%", n/2, n/2)) {
 		t.Fatalf("purge:\n%s", r)
 	}
 	t.Logf("purged %d in %s", n/2, time.Since(start))
-	if got := b.query("SELECT count(*) FILTER (WHERE status = 'pending') || '/' || count(*) FROM " + b.tables.Outbox()); got != fmt.Sprintf("%d/%d", n/2, n/2) {
-		t.Fatalf("pending/total after: %s", got)
+	if got := b.query("SELECT count(*) FILTER (WHERE state <> 'dead') || '/' || count(*) FROM " + b.tables.Deliveries()); got != fmt.Sprintf("%d/%d", n/2, n/2) {
+		t.Fatalf("queued/total after: %s", got)
 	}
 }
 
@@ -303,7 +339,8 @@ func TestStatusCommand(t *testing.T) {
 	t.Parallel()
 	b := newDLQBundle(t)
 	url, _ := dbURL(t)
-	b.insertDead(2, "orders.created")
+	b.insertDead(2, "orders.created", "hook")
+	b.insert("orders.created", "k-9", "hook", "ready", "HTTP 503")
 	b.exec("INSERT INTO " + b.tables.Outbox() + " (topic, created_at) VALUES ('orders.created', now() - interval '90 seconds'), ('users.created', now())")
 	b.exec("INSERT INTO " + b.tables.Outbox() + " (topic) VALUES ('users.created')")
 	b.exec("INSERT INTO " + b.tables.Stats() + " (minute, sink, topic, published) VALUES (date_trunc('minute', now()), 'hook', 'orders.created', 5)")
@@ -312,29 +349,32 @@ func TestStatusCommand(t *testing.T) {
 	b.check(t, r, 0)
 	var st struct {
 		Total struct {
-			Pending, Dead, PublishedLastMinute int64
-			Oldest                             float64 `json:"oldest_pending_age_seconds"`
+			Pending, Queued, Dead int64
+			PublishedLastMinute   int64   `json:"published_last_minute"`
+			Oldest                float64 `json:"oldest_pending_age_seconds"`
+			OldestQueued          float64 `json:"oldest_queued_age_seconds"`
 		} `json:"total"`
 		Topics []struct {
-			Topic         string
-			Pending, Dead int64
+			Topic                 string
+			Pending, Queued, Dead int64
 		} `json:"topics"`
 		Sinks []struct {
-			Sink          string
-			Pending, Dead int64
-			Published     int64 `json:"published_last_minute"`
+			Sink                  string
+			Pending, Queued, Dead int64
+			Published             int64 `json:"published_last_minute"`
 		} `json:"sinks"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, r)
 	}
-	if st.Total.Pending != 3 || st.Total.Dead != 2 || st.Total.Oldest < 89 || len(st.Topics) != 2 {
+	if st.Total.Pending != 3 || st.Total.Queued != 1 || st.Total.Dead != 2 || st.Total.Oldest < 89 || st.Total.OldestQueued < 299 ||
+		st.Total.PublishedLastMinute != 5 || len(st.Topics) != 2 {
 		t.Fatalf("status: %+v\n%s", st, r.stdout)
 	}
-	if len(st.Sinks) != 1 || st.Sinks[0].Sink != "hook" || st.Sinks[0].Dead != 2 || st.Sinks[0].Published != 5 {
-		t.Fatalf("sinks from deliveries: %+v", st.Sinks)
+	if len(st.Sinks) != 1 || st.Sinks[0].Sink != "hook" || st.Sinks[0].Pending != 0 || st.Sinks[0].Queued != 1 || st.Sinks[0].Dead != 2 || st.Sinks[0].Published != 5 {
+		t.Fatalf("sinks without routes: %+v", st.Sinks)
 	}
-	// With --config, routes attribute pending events no sink has tried.
+	// With --config, routes attribute the pending events to sinks.
 	cfg := writeConfig(t, fmt.Sprintf(`
 database: {url: %q, schema: %s}
 sinks: [{name: hook, type: discard}, {name: audit, type: discard}]
@@ -351,14 +391,15 @@ routes:
 	}
 	got := map[string]string{}
 	for _, s := range st.Sinks {
-		got[s.Sink] = fmt.Sprintf("%d/%d", s.Pending, s.Dead)
+		got[s.Sink] = fmt.Sprintf("%d/%d/%d", s.Pending, s.Queued, s.Dead)
 	}
-	if got["hook"] != "1/2" || got["audit"] != "3/0" {
-		t.Fatalf("sinks from routes (pending/dead): %v", got)
+	if got["hook"] != "1/1/2" || got["audit"] != "3/0/0" {
+		t.Fatalf("sinks from routes (pending/queued/dead): %v", got)
 	}
 	r = runRelay(t, nil, b.args("status")...)
 	b.check(t, r, 0)
-	for _, want := range []string{"3 pending, 2 dead; oldest pending 1m3", "5 published in the last minute", "TOPIC", "SINK", "orders.created"} {
+	for _, want := range []string{"3 pending, 1 queued, 2 dead; oldest pending 1m3", "oldest queued 5m", "5 published in the last minute",
+		"TOPIC", "SINK", "OLDEST QUEUED", "orders.created"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("status lacks %q:\n%s", want, r)
 		}

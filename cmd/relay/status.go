@@ -17,15 +17,22 @@ func newStatusCommand(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the backlog per topic and per sink, and what was published in the last minute",
-		Long: `Show the backlog of the outbox table per topic and per sink: pending events
-(waiting, including retries and delayed events, or being published), dead
-letters, the age of the oldest pending event, and the
-events published in the last minute (an estimate from the per-minute counts
-relays write every few seconds).
+		Long: `Show what waits, per topic and per sink:
 
-A sink's pending events are those it has not delivered: from the events'
-deliveries, or, with --config, from the routes (which also counts events no
-sink has tried yet).`,
+  PENDING  events in the outbox not claimed yet (due now, or delayed)
+  QUEUED   deliveries waiting in a sink's queue: retrying, held while the
+           sink is down, or waiting behind an earlier event of their key
+  DEAD     dead letters, waiting for an operator (relay dlq)
+
+with the age of the oldest pending event and of the oldest queued delivery
+(since its event was written), and the events published in the last minute
+(an estimate from the per-minute counts relays write every few seconds).
+Queued and dead count deliveries: an event waiting for two sinks counts
+twice. The sink "(routing)" is the routing step, before any sink: events
+replayed with --all-sinks, or dead because no route matched.
+
+A sink's pending events are known only from the routes: with --config, the
+pending events whose route names the sink.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, store, done, err := g.deadLetters(cmd)
@@ -58,16 +65,21 @@ sink has tried yet).`,
 
 func writeStatus(out io.Writer, table string, st *deadletter.Status) error {
 	t := st.Total
-	fmt.Fprintf(out, "%s at %s: %d pending, %d dead; oldest pending %s; %d published in the last minute\n",
-		table, st.At.UTC().Format(time.RFC3339), t.Pending, t.Dead, age(t.OldestPendingAgeSeconds), t.PublishedLastMinute)
+	fmt.Fprintf(out, "%s at %s: %d pending, %d queued, %d dead; oldest pending %s, oldest queued %s; %d published in the last minute\n",
+		table, st.At.UTC().Format(time.RFC3339), t.Pending, t.Queued, t.Dead, age(t.OldestPendingAgeSeconds),
+		age(t.OldestQueuedAgeSeconds), t.PublishedLastMinute)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "\nTOPIC\tPENDING\tDEAD\tOLDEST PENDING\tPUBLISHED/1M\t")
-	for _, x := range st.Topics {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t\n", x.Topic, x.Pending, x.Dead, age(x.OldestPendingAgeSeconds), x.PublishedLastMinute)
+	row := func(name string, b deadletter.Backlog) {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t\n", name, b.Pending, b.Queued, b.Dead,
+			age(b.OldestPendingAgeSeconds), age(b.OldestQueuedAgeSeconds), b.PublishedLastMinute)
 	}
-	fmt.Fprintln(w, "\nSINK\tPENDING\tDEAD\tOLDEST PENDING\tPUBLISHED/1M\t")
+	fmt.Fprintln(w, "\nTOPIC\tPENDING\tQUEUED\tDEAD\tOLDEST PENDING\tOLDEST QUEUED\tPUBLISHED/1M\t")
+	for _, x := range st.Topics {
+		row(x.Topic, x.Backlog)
+	}
+	fmt.Fprintln(w, "\nSINK\tPENDING\tQUEUED\tDEAD\tOLDEST PENDING\tOLDEST QUEUED\tPUBLISHED/1M\t")
 	for _, x := range st.Sinks {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t\n", x.Sink, x.Pending, x.Dead, age(x.OldestPendingAgeSeconds), x.PublishedLastMinute)
+		row(sinkName(x.Sink), x.Backlog)
 	}
 	return w.Flush()
 }

@@ -5,11 +5,14 @@
 //	                       and no sink has been paused longer than
 //	                       ReadyPauseThreshold; 503 with the reasons otherwise
 //	GET  /metrics          Prometheus metrics
-//	GET  /dlq              dead letters (query: id, topic, key, sink, error,
-//	                       since, until, older_than, limit, after_seq)
-//	GET  /dlq/{id}         one event, every column
-//	POST /dlq/replay       replay dead letters (JSON body, see Selection)
-//	POST /dlq/purge        delete dead letters (JSON body, see Selection)
+//	GET  /dlq              dead letters, one per event and sink, as a JSON
+//	                       array of deadletter.DeadLetter (query: id, topic,
+//	                       key, sink, error, since, until, older_than, limit,
+//	                       after_seq, after_sink)
+//	GET  /dlq/{id}         one event and its deliveries (deadletter.Event)
+//	POST /dlq/replay       replay dead letters (JSON body, see Selection;
+//	                       answer, see OperationResult)
+//	POST /dlq/purge        delete dead letters (same)
 //
 // The /dlq endpoints require "Authorization: Bearer <token>" when a token is
 // configured, compared in constant time. A token is required whenever the

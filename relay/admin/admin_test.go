@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -239,48 +240,70 @@ func TestToken(t *testing.T) {
 	}
 }
 
-// tableDump is every row of the outbox and holds tables, as text.
+// tableDump is every row of the outbox and deliveries tables, as text.
 func (tb *testBundle) tableDump(t *testing.T) string {
 	t.Helper()
-	var out, holds string
+	var out, deliveries string
 	if err := tb.pool.QueryRow(context.Background(), "SELECT coalesce(string_agg(o::text, E'\\n' ORDER BY seq), '') FROM "+tb.tables.Outbox()+" o").Scan(&out); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.pool.QueryRow(context.Background(), "SELECT coalesce(string_agg(h::text, E'\\n' ORDER BY seq, sink), '') FROM "+tb.tables.Holds()+" h").Scan(&holds); err != nil {
+	if err := tb.pool.QueryRow(context.Background(), "SELECT coalesce(string_agg(d::text, E'\\n' ORDER BY seq, sink), '') FROM "+tb.tables.Deliveries()+" d").Scan(&deliveries); err != nil {
 		t.Fatal(err)
 	}
-	return out + "\n--\n" + holds
+	return out + "\n--\n" + deliveries
 }
 
-func (tb *testBundle) insertDead(t *testing.T, topic, key, deliveries string) string {
+// insertDead writes an event with a dead letter on each of sinks straight
+// into the deliveries table, as a relay would leave it, and returns its id
+// and seq.
+func (tb *testBundle) insertDead(t *testing.T, topic, key string, stops bool, sinks ...string) (string, int64) {
 	t.Helper()
-	var k any
+	var (
+		k   any
+		id  string
+		seq int64
+	)
 	if key != "" {
 		k = key
 	}
-	var id string
-	if err := tb.pool.QueryRow(context.Background(), `INSERT INTO `+tb.tables.Outbox()+` (topic, key, payload, status, attempts, last_error, deliveries, finished_at)
-VALUES ($1, $2, '{"a": [1, 2]}', 'dead', 1, 'hook: HTTP 410 Gone', $3::jsonb, now()) RETURNING id::text`, topic, k, deliveries).Scan(&id); err != nil {
+	ctx := context.Background()
+	if err := tb.pool.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence($1, 'seq')), gen_random_uuid()::text`, tb.tables.Outbox()).Scan(&seq, &id); err != nil {
 		t.Fatal(err)
 	}
-	return id
+	for _, sink := range sinks {
+		if _, err := tb.pool.Exec(ctx, `INSERT INTO `+tb.tables.Deliveries()+` (sink, seq, lane, id, topic, key, payload,
+    created_at, state, stops_key, attempts, last_error, dead_at)
+VALUES ($1, $2, hashtext(coalesce($5::text, $3::text)) & 63, $3::text::uuid, $4, $5, '{"a": [1, 2]}', now(),
+    'dead', $6, 1, 'HTTP 410 Gone', now())`, sink, seq, id, topic, k, stops && key != ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return id, seq
+}
+
+// state is the state of an event's delivery on sink ("gone" without one).
+func (tb *testBundle) state(t *testing.T, seq int64, sink string) string {
+	t.Helper()
+	var state string
+	err := tb.pool.QueryRow(context.Background(), "SELECT state FROM "+tb.tables.Deliveries()+" WHERE seq = $1 AND sink = $2", seq, sink).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "gone"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state
 }
 
 func TestDeadLetterAPI(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	ctx := context.Background()
-	deliv := `{"hook": {"state": "dead", "attempts": 1, "error": "HTTP 410 Gone", "at": "2026-01-01T00:00:00Z"}, "kafka": {"state": "done", "attempts": 1, "at": "2026-01-01T00:00:00Z"}}`
-	a := tb.insertDead(t, "orders.created", "o-1", deliv)
-	b := tb.insertDead(t, "orders.paid", "o-2", deliv)
-	c := tb.insertDead(t, "users.created", "", `{}`)
-	var seqA int64
-	if err := tb.pool.QueryRow(ctx, "SELECT seq FROM "+tb.tables.Outbox()+" WHERE id = $1", a).Scan(&seqA); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tb.pool.Exec(ctx, "INSERT INTO "+tb.tables.Holds()+" (key, sink, seq, until) VALUES ('o-1', 'hook', $1, 'infinity')", seqA); err != nil {
-		t.Fatal(err)
-	}
+	// a stops its key on hook; b is dead on hook and kafka; c died before
+	// any sink (the routing step).
+	a, seqA := tb.insertDead(t, "orders.created", "o-1", true, "hook")
+	b, seqB := tb.insertDead(t, "orders.paid", "o-2", false, "hook", "kafka")
+	c, seqC := tb.insertDead(t, "users.created", "", false, "")
 	base := serve(t, admin.Config{}, admin.Deps{DB: tb.pool, DeadLetters: tb.store})
 
 	list := func(query string) []deadletter.DeadLetter {
@@ -295,47 +318,55 @@ func TestDeadLetterAPI(t *testing.T) {
 		}
 		return out
 	}
-	idsOf := func(ds []deadletter.DeadLetter) string {
+	namesOf := func(ds []deadletter.DeadLetter) string {
 		var s []string
 		for _, d := range ds {
-			s = append(s, d.ID)
+			s = append(s, d.ID+"/"+d.Sink)
 		}
 		return strings.Join(s, ",")
 	}
-	if got := idsOf(list("")); got != a+","+b+","+c {
+	if got := namesOf(list("")); got != a+"/hook,"+b+"/hook,"+b+"/kafka,"+c+"/" {
 		t.Fatalf("all: %s", got)
 	}
-	if got := idsOf(list("?topic=orders.*&sink=hook")); got != a+","+b {
+	if got := namesOf(list("?topic=orders.*&sink=hook")); got != a+"/hook,"+b+"/hook" {
 		t.Fatalf("orders.* on hook: %s", got)
 	}
-	if got := idsOf(list("?key=o-2")); got != b {
+	if got := namesOf(list("?key=o-2")); got != b+"/hook,"+b+"/kafka" {
 		t.Fatalf("key: %s", got)
 	}
-	if got := idsOf(list("?error=gone&limit=1")); got != a {
+	if got := namesOf(list("?error=gone&limit=1")); got != a+"/hook" {
 		t.Fatalf("error, limit 1: %s", got)
 	}
-	if got := idsOf(list(fmt.Sprintf("?after_seq=%d", seqA))); got != b+","+c {
+	if got := namesOf(list(fmt.Sprintf("?after_seq=%d", seqA))); got != b+"/hook,"+b+"/kafka,"+c+"/" {
 		t.Fatalf("after_seq: %s", got)
 	}
-	if got := idsOf(list("?id=" + c + "&id=" + a)); got != a+","+c {
+	if got := namesOf(list(fmt.Sprintf("?after_seq=%d&after_sink=hook", seqB))); got != b+"/kafka,"+c+"/" {
+		t.Fatalf("after_seq and after_sink: %s", got)
+	}
+	if got := namesOf(list("?id=" + c + "&id=" + a)); got != a+"/hook,"+c+"/" {
 		t.Fatalf("ids: %s", got)
 	}
-	if got := idsOf(list("?since=" + time.Now().Add(time.Hour).UTC().Format(time.RFC3339))); got != "" {
+	if got := namesOf(list("?since=" + time.Now().Add(time.Hour).UTC().Format(time.RFC3339))); got != "" {
 		t.Fatalf("since the future: %s", got)
 	}
-	for _, q := range []string{"?limit=0", "?limit=x", "?since=yesterday", "?older_than=3", "?id=nope", "?after_seq=z"} {
+	r := call(t, "GET", base+"/dlq?limit=1", "", "")
+	if !strings.Contains(r.body, `"sink": "hook"`) || !strings.Contains(r.body, `"stops_key": true`) || !strings.Contains(r.body, `"died_at": "`) {
+		t.Fatalf("JSON field names: %s", r.body)
+	}
+	for _, q := range []string{"?limit=0", "?limit=x", "?since=yesterday", "?older_than=3", "?id=nope", "?after_seq=z", "?after_sink=hook"} {
 		if r := call(t, "GET", base+"/dlq"+q, "", ""); r.code != 400 || !strings.Contains(r.body, "error") {
 			t.Fatalf("GET /dlq%s: %+v", q, r)
 		}
 	}
 
-	r := call(t, "GET", base+"/dlq/"+a, "", "")
+	r = call(t, "GET", base+"/dlq/"+b, "", "")
 	var shown map[string]any
 	if err := json.Unmarshal([]byte(r.body), &shown); r.code != 200 || err != nil {
 		t.Fatalf("show: %+v", r)
 	}
-	if shown["id"] != a || shown["status"] != "dead" || shown["last_error"] != "hook: HTTP 410 Gone" ||
-		fmt.Sprint(shown["payload"]) != "map[a:[1 2]]" || fmt.Sprint(shown["deliveries"].(map[string]any)["hook"].(map[string]any)["attempts"]) != "1" {
+	hook, _ := shown["deliveries"].(map[string]any)["hook"].(map[string]any)
+	if shown["id"] != b || shown["status"] != "dead" || fmt.Sprint(shown["payload"]) != "map[a:[1 2]]" ||
+		hook["state"] != "dead" || hook["error"] != "HTTP 410 Gone" || fmt.Sprint(hook["attempts"]) != "1" || hook["dead_at"] == nil {
 		t.Fatalf("show: %s", r.body)
 	}
 	if r := call(t, "GET", base+"/dlq/0190a0b0-0000-7000-8000-000000000000", "", ""); r.code != 404 {
@@ -360,17 +391,18 @@ func TestDeadLetterAPI(t *testing.T) {
 	before := tb.tableDump(t)
 	r = call(t, "POST", base+"/dlq/replay", "", `{"topic": "orders.*", "dry_run": true}`)
 	var res admin.OperationResult
-	if err := json.Unmarshal([]byte(r.body), &res); r.code != 200 || err != nil || !res.DryRun || res.Count != 2 || len(res.Events) != 2 {
+	if err := json.Unmarshal([]byte(r.body), &res); r.code != 200 || err != nil || !res.DryRun || res.Count != 3 || len(res.DeadLetters) != 3 {
 		t.Fatalf("replay dry run: %+v", r)
 	}
 	r = call(t, "POST", base+"/dlq/purge", "", `{"all": true, "dry_run": true}`)
-	if err := json.Unmarshal([]byte(r.body), &res); r.code != 200 || err != nil || res.Count != 3 {
+	if err := json.Unmarshal([]byte(r.body), &res); r.code != 200 || err != nil || res.Count != 4 {
 		t.Fatalf("purge dry run: %+v", r)
 	}
 	if after := tb.tableDump(t); after != before {
 		t.Fatalf("a dry run changed the tables:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 
+	// a's dead letter stopped its key: replayed, it is the head again.
 	missing := "0190a0b0-0000-7000-8000-000000000000"
 	r = call(t, "POST", base+"/dlq/replay", "", `{"ids": ["`+a+`", "`+missing+`"]}`)
 	res = admin.OperationResult{}
@@ -378,25 +410,22 @@ func TestDeadLetterAPI(t *testing.T) {
 		t.Fatalf("replay: %+v", r)
 	}
 	e, err := tb.store.Show(ctx, a)
-	if err != nil || e.Status != "pending" || len(e.Deliveries) != 1 || e.Deliveries["kafka"].State != "done" {
+	if err != nil || e.Status != "queued" || e.Deliveries["hook"].State != "ready" || e.Deliveries["hook"].Attempts != 0 || e.Deliveries["hook"].StopsKey {
 		t.Fatalf("replayed: %+v, %v", e, err)
 	}
-	var holds int
-	if err := tb.pool.QueryRow(ctx, "SELECT count(*) FROM "+tb.tables.Holds()).Scan(&holds); err != nil || holds != 0 {
-		t.Fatalf("holds after replay: %d, %v", holds, err)
-	}
-	r = call(t, "POST", base+"/dlq/replay", "", `{"key": "o-2", "all_sinks": true}`)
+	// b goes back to the routing step: its dead letters on both sinks go.
+	r = call(t, "POST", base+"/dlq/replay", "", `{"key": "o-2", "sink": "kafka", "all_sinks": true}`)
 	if r.code != 200 || !strings.Contains(r.body, `"count": 1`) {
 		t.Fatalf("replay all sinks: %+v", r)
 	}
-	if e, _ := tb.store.Show(ctx, b); e == nil || len(e.Deliveries) != 0 {
-		t.Fatalf("replayed to all sinks: %+v", e)
+	if got := tb.state(t, seqB, "") + " " + tb.state(t, seqB, "hook") + " " + tb.state(t, seqB, "kafka"); got != "ready gone gone" {
+		t.Fatalf("replayed to all sinks (routing step, hook, kafka): %s", got)
 	}
 	r = call(t, "POST", base+"/dlq/purge", "", `{"all": true}`)
 	if r.code != 200 || !strings.Contains(r.body, `"count": 1`) {
 		t.Fatalf("purge: %+v", r)
 	}
-	if _, err := tb.store.Show(ctx, c); !errors.Is(err, deadletter.ErrNotFound) {
+	if _, err := tb.store.Show(ctx, c); !errors.Is(err, deadletter.ErrNotFound) || tb.state(t, seqC, "") != "gone" {
 		t.Fatalf("purged event still there: %v", err)
 	}
 }
@@ -447,7 +476,7 @@ SELECT 'orders', CASE WHEN i IN (7, 21, 42) THEN '"fail"' ELSE '"ok"' END::json 
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var left, deadN int
-		if err := tb.pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'dead') FROM "+tb.tables.Outbox()).Scan(&left, &deadN); err != nil {
+		if err := tb.pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+tb.tables.Outbox()+"), (SELECT count(*) FROM "+tb.tables.Deliveries()+" WHERE state = 'dead')").Scan(&left, &deadN); err != nil {
 			t.Fatal(err)
 		}
 		if left == 0 && deadN == 3 {

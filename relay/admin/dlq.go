@@ -13,33 +13,42 @@ import (
 
 const (
 	// defaultListLimit and maxListLimit bound GET /dlq; page further with
-	// after_seq.
+	// after_seq and after_sink.
 	defaultListLimit = 100
 	maxListLimit     = 10000
-	// dryRunSample is the most events a dry run lists.
+	// dryRunSample is the most dead letters a dry run lists.
 	dryRunSample = 1000
 	// maxBody bounds a request body.
 	maxBody = 1 << 20
 )
 
 // Selection is the body of POST /dlq/replay and /dlq/purge, mirroring the
-// CLI's flags. Give ids, a filter, or all: true.
+// CLI's flags: {"ids": [], "topic": "", "key": "", "sink": "", "error": "",
+// "since": "", "until": "", "older_than": "", "all": false, "all_sinks":
+// false, "dry_run": false}. Give ids, a filter, or all: true. The filter
+// fields select dead letters as deadletter.Filter does.
 type Selection struct {
-	IDs   []string `json:"ids"`
-	Topic string   `json:"topic"`
-	Key   string   `json:"key"`
-	Sink  string   `json:"sink"`
-	Error string   `json:"error"`
-	// Since and Until bound the time the events died (RFC 3339).
+	// IDs are event ids: every dead letter of each event.
+	IDs []string `json:"ids"`
+	// Topic is a topic pattern (* matches any run of characters).
+	Topic string `json:"topic"`
+	// Key is an exact event key.
+	Key string `json:"key"`
+	// Sink is the exact name of the sink the dead letters failed on.
+	Sink string `json:"sink"`
+	// Error is a case-insensitive substring of the last error.
+	Error string `json:"error"`
+	// Since and Until bound the time the dead letters died (RFC 3339).
 	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`
-	// OlderThan selects events dead for longer than this duration ("24h").
+	// OlderThan selects dead letters dead for longer than this duration
+	// ("24h").
 	OlderThan string `json:"older_than"`
 	// All selects every dead letter; it is required when nothing else is
 	// given, so an empty body never replays or purges everything.
 	All bool `json:"all"`
-	// AllSinks (replay only) sends the events to every sink again, not
-	// just those that failed.
+	// AllSinks (replay only) sends the events back through the routing
+	// step, to every sink of their route (deadletter.ReplayOpts.AllSinks).
 	AllSinks bool `json:"all_sinks"`
 	// DryRun reports what would happen and changes nothing.
 	DryRun bool `json:"dry_run"`
@@ -66,17 +75,26 @@ func (sel Selection) filter() (deadletter.Filter, error) {
 	return f, nil
 }
 
-// OperationResult is the answer of POST /dlq/replay and /dlq/purge.
+// OperationResult is the answer of POST /dlq/replay and /dlq/purge:
+// {"dry_run": false, "count": 0, "missing": [], "dead_letters": []}.
 type OperationResult struct {
-	DryRun bool  `json:"dry_run"`
-	Count  int64 `json:"count"`
-	// Missing are requested ids that were not matching dead letters.
+	DryRun bool `json:"dry_run"`
+	// Count is the number of dead letters replayed or purged (or, in a dry
+	// run, that would be).
+	Count int64 `json:"count"`
+	// Missing are requested ids that matched no dead letter.
 	Missing []string `json:"missing,omitempty"`
-	// Events lists (a dry run only) up to 1,000 of the events that would
-	// be changed.
-	Events []deadletter.DeadLetter `json:"events,omitempty"`
+	// DeadLetters lists (a dry run only) up to 1,000 of the dead letters
+	// that would be changed.
+	DeadLetters []deadletter.DeadLetter `json:"dead_letters,omitempty"`
 }
 
+// dlqList answers GET /dlq: the dead letters matching the query, a JSON
+// array of deadletter.DeadLetter ({"seq", "id", "topic", "key", "sink",
+// "attempts", "created_at", "died_at", "last_error", "stops_key"}) in (seq,
+// sink) order. The next page starts after the last one: after_seq=<its
+// seq>&after_sink=<its sink>; after_seq alone starts after every dead
+// letter of that seq.
 func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := deadletter.Filter{IDs: q["id"], Topic: q.Get("topic"), Key: q.Get("key"), Sink: q.Get("sink"), Error: q.Get("error")}
@@ -106,6 +124,12 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 			err = fmt.Errorf("after_seq: %q is not a number", v)
 		}
 	}
+	if v := q.Get("after_sink"); v != "" && err == nil {
+		if q.Get("after_seq") == "" {
+			err = errors.New("after_sink: needs after_seq (the seq and sink of the last dead letter of the previous page)")
+		}
+		opts.AfterSink = v
+	}
 	if err == nil {
 		err = f.Validate()
 	}
@@ -124,6 +148,10 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// dlqShow answers GET /dlq/{id}: the event as deadletter.Event, with its
+// status ("pending", "queued", "dead", "done") and its deliveries by sink
+// ({"state", "attempts", "error", "next_at", "queued_at", "dead_at",
+// "stops_key", "head"}; sink "" is the routing step).
 func (s *Server) dlqShow(w http.ResponseWriter, r *http.Request) {
 	e, err := s.deps.DeadLetters.Show(r.Context(), r.PathValue("id"))
 	var bad *deadletter.InputError
@@ -174,13 +202,13 @@ func (s *Server) operate(w http.ResponseWriter, r *http.Request, op, done string
 			writeError(w, http.StatusBadRequest, "all_sinks: only applies to replay")
 			return
 		}
-		out := OperationResult{DryRun: true, Events: []deadletter.DeadLetter{}}
+		out := OperationResult{DryRun: true, DeadLetters: []deadletter.DeadLetter{}}
 		if out.Count, err = s.deps.DeadLetters.Count(r.Context(), f); err != nil {
 			s.serverError(w, r, "counting dead letters", err)
 			return
 		}
 		if err := s.deps.DeadLetters.List(r.Context(), f, deadletter.ListOpts{Limit: dryRunSample}, func(d deadletter.DeadLetter) error {
-			out.Events = append(out.Events, d)
+			out.DeadLetters = append(out.DeadLetters, d)
 			return nil
 		}); err != nil {
 			s.serverError(w, r, "listing dead letters", err)

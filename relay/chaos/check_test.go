@@ -9,16 +9,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// waitDrained waits until no row is pending and returns how long it took.
+// waitDrained waits until no event is pending in the outbox or waiting in
+// a sink's queue, and returns how long it took.
 func waitDrained(t *testing.T, db *pgxpool.Pool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
 		var pending int
-		err := db.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE status = 'pending'`).Scan(&pending)
+		err := db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM outbox WHERE status = 'pending')
+    + (SELECT count(*) FROM outbox_deliveries WHERE state <> 'dead')`).Scan(&pending)
 		if err == nil && pending == 0 {
 			return time.Since(start)
 		}
@@ -127,32 +130,34 @@ func (e *env) check(db *pgxpool.Pool, prod *producer, unknownFound int, faultsEn
 		}
 	}
 
-	// The table: nothing pending; delivered rows done (kept by retention);
-	// exactly the poison events dead, refused with 400.
-	var pending, done, dead, total int
+	// The tables: nothing pending or queued; every row done (kept by
+	// retention); exactly the poison events dead on the webhook, refused
+	// with 400.
+	var pending, done, total, queued int
 	if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'dead'), count(*)
-FROM outbox`).Scan(&pending, &done, &dead, &total); err != nil {
+       count(*) FILTER (WHERE status = 'done'), count(*),
+       (SELECT count(*) FROM outbox_deliveries WHERE state <> 'dead')
+FROM outbox`).Scan(&pending, &done, &total, &queued); err != nil {
 		t.Fatalf("reading the outbox: %v", err)
 	}
-	if pending != 0 {
-		t.Errorf("after draining: %d rows pending, want 0", pending)
+	if pending != 0 || queued != 0 {
+		t.Errorf("after draining: %d rows pending, %d deliveries queued, want none", pending, queued)
 	}
-	if total != len(committed) {
-		t.Errorf("the outbox holds %d rows, the producer committed %d", total, len(committed))
+	if total != len(committed) || done != total {
+		t.Errorf("the outbox holds %d rows (%d done), the producer committed %d", total, done, len(committed))
 	}
-	rows, err := db.Query(ctx, `SELECT id::text, status, coalesce(last_error, '') FROM outbox WHERE status <> 'done'`)
+	rows, err := db.Query(ctx, `SELECT id::text, sink, coalesce(last_error, '') FROM outbox_deliveries WHERE state = 'dead'`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadSeen := map[string]bool{}
 	for rows.Next() {
-		var id, status, lastErr string
-		if err := rows.Scan(&id, &status, &lastErr); err != nil {
+		var id, sink, lastErr string
+		if err := rows.Scan(&id, &sink, &lastErr); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := wantPoison[id]; !ok || status != "dead" {
-			t.Errorf("row %s is %s (%s); only poison events may be dead", id, status, lastErr)
+		if _, ok := wantPoison[id]; !ok || sink != "hook" {
+			t.Errorf("event %s is dead on sink %q (%s); only poison events may be dead, on the webhook", id, sink, lastErr)
 			continue
 		}
 		if !strings.Contains(lastErr, "400") {
@@ -200,7 +205,7 @@ FROM outbox`).Scan(&pending, &done, &dead, &total); err != nil {
 	fmt.Fprintf(&b, "  producer: %d transactions, %d failed (%d commits with unknown outcome: %d of their events found committed)\n",
 		txs, failedTxs, unknown, unknownFound)
 	fmt.Fprintf(&b, "  events committed: %d (%d routed to both sinks, %d poison for the webhook only)\n", len(committed), len(wantEvents), len(wantPoison))
-	fmt.Fprintf(&b, "  outbox after drain: %d done, %d dead, %d pending\n", done, dead, pending)
+	fmt.Fprintf(&b, "  after drain: %d outbox rows done, %d pending; %d deliveries queued, %d dead\n", done, pending, queued, len(deadSeen))
 	for _, r := range reports {
 		fmt.Fprintf(&b, "  %-17s received %6d, unique %6d, duplicates %5d (%.2f%%), missing %d, order violations %d\n",
 			r.name+":", r.received, r.unique, r.duplicates, r.rate(), len(r.missing), len(r.disorder))
@@ -220,29 +225,20 @@ FROM outbox`).Scan(&pending, &done, &dead, &total); err != nil {
 	t.Log(b.String())
 }
 
-// describeRows prints the outbox rows of ids (kept by retention) with their
-// per-sink delivery records, as evidence for a violation.
+// describeRows prints the rows of the key of ids[0] (kept by retention) and
+// its deliveries, as evidence for a violation.
 func describeRows(db *pgxpool.Pool, ids []string) string {
-	rows, err := db.Query(context.Background(), `SELECT seq, id::text, key, status, created_at, attempts, deliveries::text, topic
-FROM outbox WHERE key = (SELECT key FROM outbox WHERE id::text = ($1::text[])[1]) ORDER BY seq`, ids)
+	rows, err := db.Query(context.Background(), `SELECT 'seq ' || o.seq || ' id ' || o.id || ' ' || o.topic || ' key ' || o.key ||
+       ' status ' || o.status || ' created ' || o.created_at || coalesce((
+           SELECT string_agg(' ' || d.sink || ':' || d.state || '/' || d.attempts, '' ORDER BY d.sink)
+           FROM outbox_deliveries d WHERE d.seq = o.seq), '')
+FROM outbox o WHERE o.key = (SELECT key FROM outbox WHERE id::text = ($1::text[])[1]) ORDER BY o.seq`, ids)
 	if err != nil {
 		return err.Error()
 	}
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var (
-			seq            int64
-			id, key, st, d string
-			created        time.Time
-			attempts       int
-			topic          string
-		)
-		if err := rows.Scan(&seq, &id, &key, &st, &created, &attempts, &d, &topic); err != nil {
-			return err.Error()
-		}
-		fmt.Fprintf(&b, "  seq %d id %s %s key %s status %s created %s attempts %d deliveries %s\n",
-			seq, id, topic, key, st, created.Format(time.RFC3339Nano), attempts, d)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
 	}
-	return b.String()
+	return "  " + strings.Join(lines, "\n  ") + "\n"
 }

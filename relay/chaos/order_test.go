@@ -109,20 +109,22 @@ VALUES ($1, 'k', '{}') RETURNING seq`, topic).Scan(&seq); err != nil {
 
 	e1 := insert("ab")
 	until("event 1 to fail on A", func() bool {
-		return query(`SELECT attempts >= 1 FROM `+tables.Outbox()+` WHERE seq = $1`, e1)
+		return query(`SELECT count(*) = 1 FROM `+tables.Deliveries()+` WHERE sink = 'A' AND seq = $1 AND attempts >= 1`, e1)
 	})
 	e2 := insert("a")
 	until("event 2 to be parked", func() bool {
-		return query(`SELECT available_at > now() + interval '2s' FROM `+tables.Outbox()+` WHERE seq = $1`, e2)
+		return query(`SELECT count(*) = 1 FROM `+tables.Deliveries()+` WHERE sink = 'A' AND seq = $1 AND state = 'waiting'`, e2)
 	})
 	a.fail.Store(nil)
 	b.fail.Store(nil)
 	until("event 1 to be delivered", func() bool {
-		return query(`SELECT NOT EXISTS (SELECT 1 FROM `+tables.Outbox()+` WHERE seq = $1)`, e1)
+		return query(`SELECT NOT EXISTS (SELECT 1 FROM `+tables.Outbox()+` WHERE seq = $1)
+    AND NOT EXISTS (SELECT 1 FROM `+tables.Deliveries()+` WHERE seq = $1)`, e1)
 	})
 	e3 := insert("a")
 	until("events 2 and 3 to be delivered", func() bool {
-		return query(`SELECT count(*) = 0 FROM `+tables.Outbox()+` WHERE seq = ANY($1)`, []int64{e2, e3})
+		return query(`SELECT NOT EXISTS (SELECT 1 FROM `+tables.Outbox()+` WHERE seq = ANY($1))
+    AND NOT EXISTS (SELECT 1 FROM `+tables.Deliveries()+` WHERE seq = ANY($1))`, []int64{e2, e3})
 	})
 	got := a.delivered()
 	want := []int64{e1, e2, e3}

@@ -1,21 +1,29 @@
-// Package deadletter is where operators meet the outbox table: it lists,
-// shows, replays and purges dead-lettered events, and reads the backlog
-// figures that `relay status` and the admin server report. Every SQL
-// statement of these operations lives here.
+// Package deadletter is where operators meet the outbox: it lists, shows,
+// replays and purges dead letters, and reads the backlog figures that `relay
+// status` and the admin server report. Every SQL statement of these
+// operations lives here.
 //
-// Operations that touch many rows walk the dead letters in seq order with
-// keyset pagination, DefaultBatchSize rows per statement, each statement its
-// own short transaction: memory stays bounded and no lock is held for long,
-// however many rows match. Filters travel as statement parameters, never as
-// SQL text.
+// A dead letter is a delivery in state 'dead' in the deliveries table: one
+// event on one sink, so an event that failed for good on two sinks is two
+// dead letters. The sink named "" is the routing step, before any sink: an
+// event that matched no route or could not be read dies there.
 //
-// Replaying an event keeps its id and seq, makes it pending and due at once
-// with attempts reset, and keeps only the sinks that already delivered it in
-// its deliveries, so only the sinks that failed receive it again (unless
-// ReplayOpts.AllSinks). Replaying or purging an event also ends what the
-// relay's stop_key_on_dead_letter policy left behind for it: its holds are
-// deleted and the later events of its key, parked until an operator acts,
-// are woken.
+// Operations that touch many rows walk the dead letters in (seq, sink)
+// order with keyset pagination, DefaultBatchSize rows per statement, each
+// batch its own short transaction: memory stays bounded and no lock is held
+// for long, however many rows match. Filters travel as statement
+// parameters, never as SQL text.
+//
+// Replay and purge change rows the relays work on. Each of their batches
+// first locks every lane (relays write a lane's rows only while holding it
+// in share mode), so a batch and a relay's record never interleave, and two
+// operators' batches run one after the other. Replaying a dead letter puts
+// it back in its key's queue on its sink, attempts reset: it becomes the
+// head of the queue, due at once, unless the queue already has one, in
+// which case it waits its turn. Replaying or purging a dead letter that
+// stopped its key (relay.stop_key_on_dead_letter) lets the deliveries
+// waiting behind it move on, in seq order. See ReplayOpts.AllSinks for
+// replaying through the routing step.
 package deadletter
 
 import (
@@ -23,7 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 	"strings"
 	"time"
 
@@ -33,10 +41,17 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/relay/internal/queue"
 )
 
 // DefaultBatchSize is the most rows one statement reads or changes.
 const DefaultBatchSize = 1000
+
+// RoutingStep is the sink name of the routing step: deliveries of events
+// that have not been routed to their sinks yet (replayed with AllSinks, or
+// dead before any sink because no route matched or the event could not be
+// read).
+const RoutingStep = ""
 
 // DB is what the store needs from a connection pool; *pgxpool.Pool has it.
 type DB interface {
@@ -67,11 +82,16 @@ type Store struct {
 	tables    migrations.Tables
 	batchSize int
 
-	listSQL, countSQL, showSQL, replaySQL, purgeSQL, nowSQL string
-	pagePlanSQL                                             string
-
-	statusTopicsSQL, statusSinksSQL, statusRoutedSQL string
-	statusDeadSQL, statusPublishedSQL, backlogSQL    string
+	listSQL, countSQL, pagePlanSQL    string
+	showSetupSQL, showEventSQL        string
+	showDeliveriesSQL, nowSQL         string
+	lockLanesSQL, notifySQL           string
+	replaySQL, routeSQL               string
+	dropSinkDeadSQL, purgeSQL         string
+	promoteSQL                        string
+	statusPendingSQL, statusQueuesSQL string
+	statusPublishedSQL                string
+	backlogSQL                        string
 }
 
 // New returns a Store for the tables t (defaults filled in).
@@ -80,70 +100,130 @@ func New(db DB, t migrations.Tables) (*Store, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	o, h := t.Outbox(), t.Holds()
+	o, dl, l := t.Outbox(), t.Deliveries(), t.Lanes()
 	s := &Store{db: db, tables: t, batchSize: DefaultBatchSize}
-	s.listSQL = `SELECT seq, id::text, topic, coalesce(key, ''), attempts, created_at, finished_at,
-       coalesce(last_error, ''),
-       ARRAY(SELECT d.key FROM jsonb_each(deliveries) AS d(key, value) WHERE d.value->>'state' = 'dead')
-FROM ` + o + ` WHERE ` + filterSQL + `
-ORDER BY seq LIMIT $10`
-	s.countSQL = `SELECT count(*) FROM ` + o + ` WHERE ` + filterSQL
-	s.showSQL = `SELECT seq, id::text, topic, coalesce(key, ''), status, payload::text, payload_bin,
-       coalesce(content_type, ''), headers, created_at, available_at, attempts, max_attempts,
-       coalesce(last_error, ''), deliveries, finished_at
-FROM ` + o + ` WHERE id = $1`
-	// One batch of a replay: the matching dead rows are made pending again,
-	// due at $11 (the same time for every batch, so the claim takes replayed
-	// events in seq order), keeping only the deliveries already done unless
-	// $12 asks for every sink. Their holds go, and the later events of their
-	// keys parked for an operator ('infinity') are woken.
-	s.replaySQL = `WITH sel AS (
-    SELECT seq FROM ` + o + ` WHERE ` + filterSQL + `
-    ORDER BY seq LIMIT $10 FOR UPDATE
-), upd AS (
-    UPDATE ` + o + ` o SET status = 'pending', attempts = 0, available_at = $11, last_error = NULL,
-        finished_at = NULL,
-        deliveries = CASE WHEN $12::boolean THEN '{}'::jsonb ELSE coalesce(
-            (SELECT jsonb_object_agg(d.key, d.value) FROM jsonb_each(o.deliveries) AS d(key, value)
-             WHERE d.value->>'state' = 'done'), '{}'::jsonb) END
-    FROM sel WHERE o.seq = sel.seq
-    RETURNING o.seq, o.id, o.key
-)` + releaseKeys(o, h, "upd")
-	s.purgeSQL = `WITH sel AS (
-    SELECT seq FROM ` + o + ` WHERE ` + filterSQL + `
-    ORDER BY seq LIMIT $10 FOR UPDATE
-), del AS (
-    DELETE FROM ` + o + ` o USING sel WHERE o.seq = sel.seq
-    RETURNING o.seq, o.id, o.key
-)` + releaseKeys(o, h, "del")
-	s.nowSQL = `SELECT now()`
-	// A page must walk the dead-letter index in seq order and stop at its
-	// limit. Right after a burst of dead letters, before autovacuum has
-	// analysed the table, the planner underestimates them and would rather
-	// read and sort every remaining match on each page; these settings,
-	// local to the page's transaction, keep it on the index.
-	// (Disabled plans look expensive enough to set JIT compiling off;
-	// it is not worth it for a page.)
+	s.listSQL = `SELECT d.seq, d.id::text, d.topic, coalesce(d.key, ''), d.sink, d.attempts, d.created_at, d.dead_at,
+       coalesce(d.last_error, ''), d.stops_key
+FROM ` + dl + ` d WHERE ` + filterSQL + `
+ORDER BY d.seq, d.sink LIMIT $11`
+	s.countSQL = `SELECT count(*) FROM ` + dl + ` d WHERE ` + filterSQL
+	// A batch must walk the dead-letter index in (seq, sink) order, stop at
+	// its limit, and reach every other row it reads or changes through an
+	// index, one probe per row. Right after a burst of dead letters, before
+	// autovacuum has analysed the table, the planner underestimates them
+	// and would rather read and sort every remaining match, or hash the
+	// whole table to join a batch with it; these settings, local to the
+	// batch's transaction, keep it on the indexes. (Disabled plans look
+	// expensive enough to set JIT compiling off; it is not worth it for a
+	// batch.) A selection by id is left to the planner: the id index finds
+	// the few rows at once.
 	s.pagePlanSQL = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
        set_config('jit', 'off', true)`
+	// Show reads the outbox row and the deliveries of one event from one
+	// snapshot: a relay moving the event from one to the other in between
+	// would otherwise hide it.
+	s.showSetupSQL = `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY`
+	s.showEventSQL = `SELECT seq, id::text, topic, coalesce(key, ''), status, payload::text, payload_bin,
+       coalesce(content_type, ''), headers, created_at, available_at, max_attempts, finished_at
+FROM ` + o + ` WHERE id = $1`
+	// Each delivery of the event, and for one waiting in its key's queue,
+	// the head it waits behind (one probe of the unique head index).
+	s.showDeliveriesSQL = `SELECT d.sink, d.seq, d.topic, coalesce(d.key, ''), d.payload::text, d.payload_bin,
+       coalesce(d.content_type, ''), d.headers, d.created_at, d.max_attempts,
+       d.state, d.stops_key, d.attempts, d.next_at, coalesce(d.last_error, ''), d.queued_at, d.dead_at,
+       h.seq, h.id::text, h.state
+FROM ` + dl + ` d
+LEFT JOIN LATERAL (
+    SELECT x.seq, x.id, x.state FROM ` + dl + ` x
+    WHERE d.state = 'waiting' AND x.key = d.key AND x.sink = d.sink AND (x.state = 'ready' OR x.stops_key)
+) h ON true
+WHERE d.id = $1
+ORDER BY d.sink`
+	s.nowSQL = `SELECT now()`
+	// Every lane, in lane order (the order relays take theirs in share
+	// mode): a batch waits for the records in flight and holds off new
+	// ones until it commits.
+	s.lockLanesSQL = `SELECT lane FROM ` + l + ` ORDER BY lane FOR NO KEY UPDATE`
+	s.notifySQL = `SELECT pg_notify($1, '')`
+	// One batch of a replay: the next dead letters, locked ($1 to $10 the
+	// filter, $11 the batch size), rejoin their queues, unless $12 sends
+	// them to the routing step instead (see Replay). queued says whether
+	// the event still has a delivery that is not dead on a sink, which
+	// keeps it out of the routing step. A rejoining dead letter waits,
+	// none is a head yet (promoteSQL makes the heads next), so the unique
+	// head index never sees two heads of a queue, even for a moment; one
+	// without a key is a queue of its own, due at once. The batch drives
+	// the update, row by row through the primary key.
+	s.replaySQL = `WITH sel AS (
+    SELECT d.sink, d.seq, d.id, d.key, d.stops_key,
+           $12::boolean AND EXISTS (
+               SELECT 1 FROM ` + dl + ` x WHERE x.id = d.id AND x.sink <> '' AND x.state <> 'dead') AS queued
+    FROM ` + dl + ` d WHERE ` + filterSQL + `
+    ORDER BY d.seq, d.sink LIMIT $11
+    FOR UPDATE OF d
+), rejoin AS (
+    UPDATE ` + dl + ` d
+    SET state = CASE WHEN d.key IS NULL THEN 'ready' ELSE 'waiting' END,
+        next_at = CASE WHEN d.key IS NULL THEN now() END,
+        stops_key = false, attempts = 0, last_error = NULL, dead_at = NULL, queued_at = now()
+    FROM sel
+    WHERE d.sink = sel.sink AND d.seq = sel.seq AND (NOT $12::boolean OR sel.queued)
+)
+SELECT sink, seq, id::text, key, stops_key, queued FROM sel`
+	// Events ($1 seqs) go back to the routing step: a delivery on sink ''
+	// each, copied from one of their dead letters (their own dead one
+	// there, when they died before any sink), waiting like a dead letter
+	// rejoining its queue (promoteSQL makes the heads).
+	s.routeSQL = `INSERT INTO ` + dl + ` AS r (sink, seq, lane, id, topic, key, payload, payload_bin, content_type,
+    headers, created_at, max_attempts, state, stops_key, attempts, next_at, last_error, queued_at, dead_at)
+SELECT DISTINCT ON (d.seq) '', d.seq, d.lane, d.id, d.topic, d.key, d.payload, d.payload_bin, d.content_type,
+       d.headers, d.created_at, d.max_attempts,
+       CASE WHEN d.key IS NULL THEN 'ready' ELSE 'waiting' END, false, 0,
+       CASE WHEN d.key IS NULL THEN now() END, NULL, now(), NULL
+FROM ` + dl + ` d
+WHERE d.seq = ANY($1::bigint[]) AND d.state = 'dead'
+ORDER BY d.seq, d.sink
+ON CONFLICT (sink, seq) DO UPDATE
+SET state = excluded.state, next_at = excluded.next_at, stops_key = false, attempts = 0,
+    last_error = NULL, dead_at = NULL, queued_at = now()
+WHERE r.state = 'dead'`
+	// The dead letters of events gone back to the routing step ($1 seqs),
+	// on every sink: the routing step sends the event to each sink of its
+	// route again.
+	s.dropSinkDeadSQL = `DELETE FROM ` + dl + ` d
+WHERE d.seq = ANY($1::bigint[]) AND d.sink <> '' AND d.state = 'dead'
+RETURNING d.sink, d.key`
+	s.purgeSQL = `WITH sel AS (
+    SELECT d.sink, d.seq FROM ` + dl + ` d WHERE ` + filterSQL + `
+    ORDER BY d.seq, d.sink LIMIT $11
+    FOR UPDATE OF d
+)
+DELETE FROM ` + dl + ` d USING sel
+WHERE d.sink = sel.sink AND d.seq = sel.seq
+RETURNING d.sink, d.seq, d.id::text, d.key, d.stops_key`
+	// Every lane is locked by the operation: no fence on the promoted rows.
+	s.promoteSQL = queue.PromoteSQL(t, "")
 	s.initStatus()
 	return s, nil
 }
 
-// filterSQL selects dead rows past seq $1 matching the filter parameters
-// $2 to $9 (NULL means no condition).
-const filterSQL = `status = 'dead' AND seq > $1
-  AND ($2::uuid[] IS NULL OR id = ANY($2::uuid[]))
-  AND ($3::text IS NULL OR topic LIKE $3::text)
-  AND ($4::text IS NULL OR key = $4::text)
-  AND ($5::text IS NULL OR deliveries -> $5::text ->> 'state' = 'dead')
-  AND ($6::text IS NULL OR strpos(lower(last_error), lower($6::text)) > 0)
-  AND ($7::timestamptz IS NULL OR finished_at >= $7::timestamptz)
-  AND ($8::timestamptz IS NULL OR finished_at < $8::timestamptz)
-  AND ($9::interval IS NULL OR finished_at < now() - $9::interval)`
+// filterSQL selects dead letters (alias d) after ($1 seq, $2 sink)
+// matching the filter parameters $3 to $10 (NULL means no condition). Its
+// first two conditions are those of the dead-letter index.
+const filterSQL = `d.state = 'dead' AND (d.seq, d.sink) > ($1::bigint, $2::text)
+  AND ($3::uuid[] IS NULL OR d.id = ANY($3::uuid[]))
+  AND ($4::text IS NULL OR d.topic LIKE $4::text)
+  AND ($5::text IS NULL OR d.key = $5::text)
+  AND ($6::text IS NULL OR d.sink = $6::text)
+  AND ($7::text IS NULL OR strpos(lower(d.last_error), lower($7::text)) > 0)
+  AND ($8::timestamptz IS NULL OR d.dead_at >= $8::timestamptz)
+  AND ($9::timestamptz IS NULL OR d.dead_at < $9::timestamptz)
+  AND ($10::interval IS NULL OR d.dead_at < now() - $10::interval)`
 
 // Filter selects dead letters. Zero fields select everything; set fields
-// must all match.
+// must all match. A dead letter matches on its own row: its sink, error
+// and time of death.
 type Filter struct {
 	// IDs are event ids (UUIDs).
 	IDs []string `json:"ids,omitempty"`
@@ -152,15 +232,17 @@ type Filter struct {
 	Topic string `json:"topic,omitempty"`
 	// Key is an exact event key.
 	Key string `json:"key,omitempty"`
-	// Sink selects events that failed for good on this sink.
+	// Sink is the exact name of the sink the delivery failed on. Empty
+	// selects every sink (the routing step's dead letters included).
 	Sink string `json:"sink,omitempty"`
-	// Error is a case-insensitive substring of the event's last error.
+	// Error is a case-insensitive substring of the dead letter's last
+	// error.
 	Error string `json:"error,omitempty"`
-	// Since and Until bound the time the event died (finished_at): at or
+	// Since and Until bound the time the delivery died (dead_at): at or
 	// after Since, before Until.
 	Since time.Time `json:"since,omitzero"`
 	Until time.Time `json:"until,omitzero"`
-	// OlderThan selects events that died more than this long ago.
+	// OlderThan selects dead letters that died more than this long ago.
 	OlderThan time.Duration `json:"older_than,omitempty"`
 }
 
@@ -186,26 +268,47 @@ func (f Filter) Validate() error {
 	return nil
 }
 
-// args returns the filter's statement parameters $1 to $9.
-func (f Filter) args(after int64) []any {
-	args := make([]any, 9, 12)
-	args[0] = after
+// position is a place in the (seq, sink) order of dead letters. A NULL
+// sink is after every dead letter of seq (a row comparison with a NULL
+// member stops there, and the dead-letter index honours it).
+type position struct {
+	seq  int64
+	sink pgtype.Text
+}
+
+// start is before every dead letter: seqs come from an identity column
+// and are positive.
+var start = position{seq: math.MinInt64, sink: pgtype.Text{Valid: true}}
+
+func at(seq int64, sink string) position {
+	return position{seq, pgtype.Text{String: sink, Valid: true}}
+}
+
+// before reports whether p is before the dead letter (seq, sink).
+func (p position) before(seq int64, sink string) bool {
+	return p.seq < seq || p.seq == seq && p.sink.Valid && p.sink.String < sink
+}
+
+// args returns the filter's statement parameters $1 to $10, after p.
+func (f Filter) args(p position) []any {
+	args := make([]any, 10, 11)
+	args[0], args[1] = p.seq, p.sink
 	if len(f.IDs) > 0 {
 		ids := make([]pgtype.UUID, len(f.IDs))
 		for i, id := range f.IDs {
 			u, _ := uuid.Parse(id) // checked by Validate
 			ids[i] = pgtype.UUID{Bytes: u, Valid: true}
 		}
-		args[1] = ids
+		args[2] = ids
 	}
-	args[2] = optText(TopicLike(f.Topic))
-	args[3] = optText(f.Key)
-	args[4] = optText(f.Sink)
-	args[5] = optText(f.Error)
-	args[6] = optTime(f.Since)
-	args[7] = optTime(f.Until)
+	args[3] = optText(TopicLike(f.Topic))
+	args[4] = optText(f.Key)
+	args[5] = optText(f.Sink)
+	args[6] = optText(f.Error)
+	args[7] = optTime(f.Since)
+	args[8] = optTime(f.Until)
 	if f.OlderThan > 0 {
-		args[8] = f.OlderThan
+		args[9] = f.OlderThan
 	}
 	return args
 }
@@ -233,40 +336,60 @@ func TopicLike(pattern string) string {
 	return b.String()
 }
 
-// DeadLetter is one dead event as List reports it.
+// DeadLetter is one dead delivery (an event on one sink) as List reports
+// it. Its JSON fields are seq, id, topic, key (absent without one), sink,
+// attempts, created_at, died_at, last_error and stops_key.
 type DeadLetter struct {
-	// Seq is the row's sequence number: its position in the table.
+	// Seq is the event's sequence number: its position in the outbox.
+	// Dead letters are listed in (seq, sink) order.
 	Seq int64 `json:"seq"`
 	// ID is the event id.
 	ID    string `json:"id"`
 	Topic string `json:"topic"`
 	Key   string `json:"key,omitempty"`
-	// Attempts is the most attempts spent on any sink.
+	// Sink is the sink the delivery failed on for good; "" (RoutingStep)
+	// when the event died before any sink (no route matched, or it could
+	// not be read).
+	Sink string `json:"sink"`
+	// Attempts is the attempts spent on the sink.
 	Attempts  int       `json:"attempts"`
 	CreatedAt time.Time `json:"created_at"`
-	// DiedAt is when the event was dead-lettered (finished_at).
+	// DiedAt is when the delivery became a dead letter (dead_at).
 	DiedAt    time.Time `json:"died_at"`
 	LastError string    `json:"last_error"`
-	// DeadSinks are the sinks on which the event failed for good.
-	DeadSinks []string `json:"dead_sinks"`
+	// StopsKey says that the dead letter holds back the later events of
+	// its key on its sink (relay.stop_key_on_dead_letter) until it is
+	// replayed or purged.
+	StopsKey bool `json:"stops_key"`
 }
 
 // ListOpts bounds a List.
 type ListOpts struct {
 	// Limit is the most dead letters returned; 0 means all.
 	Limit int
-	// AfterSeq starts after this seq, for paging through results.
-	AfterSeq int64
+	// AfterSeq and AfterSink start after this dead letter in (seq, sink)
+	// order, for paging through results: pass the last one's Seq and Sink.
+	// With AfterSink empty, the list starts after every dead letter of
+	// AfterSeq (the same thing for a dead letter of the routing step, the
+	// only one of its event); with both zero, at the beginning.
+	AfterSeq  int64
+	AfterSink string
 }
 
-// List calls fn for each dead letter matching f, in seq order, reading
-// DefaultBatchSize rows per statement. It stops at fn's first error and
-// returns it.
+// List calls fn for each dead letter matching f, in (seq, sink) order,
+// reading DefaultBatchSize rows per statement. It stops at fn's first
+// error and returns it.
 func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadLetter) error) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	after, seen := opts.AfterSeq, 0
+	after, seen := at(opts.AfterSeq, opts.AfterSink), 0
+	switch {
+	case opts.AfterSeq == 0 && opts.AfterSink == "":
+		after = start
+	case opts.AfterSink == "":
+		after = position{seq: opts.AfterSeq} // after all of AfterSeq
+	}
 	for {
 		n := s.batchSize
 		if opts.Limit > 0 {
@@ -288,13 +411,14 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 		if len(page) < n {
 			return nil
 		}
-		after = page[len(page)-1].Seq
+		last := page[len(page)-1]
+		after = at(last.Seq, last.Sink)
 	}
 }
 
-func (s *Store) listPage(ctx context.Context, f Filter, after int64, limit int) ([]DeadLetter, error) {
+func (s *Store) listPage(ctx context.Context, f Filter, after position, limit int) ([]DeadLetter, error) {
 	page := make([]DeadLetter, 0, limit)
-	err := s.inPage(ctx, func(tx pgx.Tx) error {
+	err := s.inPage(ctx, f, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, s.listSQL, append(f.args(after), limit)...)
 		if err != nil {
 			return err
@@ -304,13 +428,11 @@ func (s *Store) listPage(ctx context.Context, f Filter, after int64, limit int) 
 			var (
 				d        DeadLetter
 				attempts int32
-				finished pgtype.Timestamptz
 			)
-			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &attempts, &d.CreatedAt, &finished, &d.LastError, &d.DeadSinks); err != nil {
+			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Sink, &attempts, &d.CreatedAt, &d.DiedAt, &d.LastError, &d.StopsKey); err != nil {
 				return err
 			}
-			d.Attempts, d.DiedAt = int(attempts), finished.Time
-			slices.Sort(d.DeadSinks)
+			d.Attempts = int(attempts)
 			page = append(page, d)
 		}
 		return rows.Err()
@@ -321,12 +443,14 @@ func (s *Store) listPage(ctx context.Context, f Filter, after int64, limit int) 
 	return page, nil
 }
 
-// inPage runs one page's statement in its own short transaction, planned
-// to walk the dead-letter index.
-func (s *Store) inPage(ctx context.Context, fn func(pgx.Tx) error) error {
+// inPage runs one page's statements in their own short transaction,
+// planned to walk the dead-letter index unless f selects by id.
+func (s *Store) inPage(ctx context.Context, f Filter, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.pagePlanSQL); err != nil {
-			return err
+		if len(f.IDs) == 0 {
+			if _, err := tx.Exec(ctx, s.pagePlanSQL); err != nil {
+				return err
+			}
 		}
 		return fn(tx)
 	})
@@ -338,43 +462,99 @@ func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	if err := s.db.QueryRow(ctx, s.countSQL, f.args(0)...).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, s.countSQL, f.args(start)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
 	}
 	return n, nil
 }
 
-// Delivery is one sink's state for one event (the deliveries column).
+// Event statuses, as Show reports them.
+const (
+	// StatusPending: the event is in the outbox, not claimed yet.
+	StatusPending = "pending"
+	// StatusQueued: the event waits in a sink's queue (or the routing
+	// step's): it has a delivery that is not dead.
+	StatusQueued = "queued"
+	// StatusDead: every delivery the event has left is a dead letter.
+	StatusDead = "dead"
+	// StatusDone: the relay is done with the event (kept in the outbox by
+	// relay.retention): delivered to every sink.
+	StatusDone = "done"
+)
+
+// Delivery states, as the deliveries table stores them.
+const (
+	// StateReady: the head of its key's queue on the sink (or an event
+	// without a key), due at NextAt.
+	StateReady = "ready"
+	// StateWaiting: behind the head of its key's queue on the sink; it
+	// becomes the head when the deliveries before it are gone.
+	StateWaiting = "waiting"
+	// StateDead: a dead letter.
+	StateDead = "dead"
+)
+
+// Delivery is the state of one event on one sink (or on the routing step,
+// sink ""), as Show reports it.
 type Delivery struct {
-	// State is done, retry or dead.
-	State    string    `json:"state"`
-	Attempts int       `json:"attempts,omitempty"`
-	Error    string    `json:"error,omitempty"`
-	At       time.Time `json:"at"`
+	// State is ready, waiting or dead (StateReady, ...).
+	State string `json:"state"`
+	// Attempts is the attempts spent on the sink so far.
+	Attempts int `json:"attempts"`
+	// Error is the last attempt's error.
+	Error string `json:"error,omitempty"`
+	// NextAt is when a ready delivery is due (its next attempt).
+	NextAt time.Time `json:"next_at,omitzero"`
+	// QueuedAt is when the delivery joined its queue (was created, or
+	// replayed).
+	QueuedAt time.Time `json:"queued_at"`
+	// DeadAt is when a dead letter died.
+	DeadAt time.Time `json:"dead_at,omitzero"`
+	// StopsKey: the dead letter holds back its key's later events on the
+	// sink until it is replayed or purged.
+	StopsKey bool `json:"stops_key,omitempty"`
+	// Head is, for a waiting delivery, the head of its key's queue on the
+	// sink: the delivery it waits behind.
+	Head *QueueHead `json:"head,omitempty"`
 }
 
-// Event is every column of one outbox row, as Show reports it.
+// QueueHead is the head of a key's queue on a sink: a delivery due at its
+// next attempt (state ready), or a dead letter that stops the key (state
+// dead).
+type QueueHead struct {
+	Seq   int64  `json:"seq"`
+	ID    string `json:"id"`
+	State string `json:"state"`
+}
+
+// Event is one event, wherever it is, as Show reports it. Its JSON fields
+// are those of the struct plus payload (JSON text) or payload_base64.
 type Event struct {
-	Seq    int64  `json:"seq"`
-	ID     string `json:"id"`
-	Topic  string `json:"topic"`
-	Key    string `json:"key,omitempty"`
+	Seq   int64  `json:"seq"`
+	ID    string `json:"id"`
+	Topic string `json:"topic"`
+	Key   string `json:"key,omitempty"`
+	// Status is pending, queued, dead or done (StatusPending, ...).
 	Status string `json:"status"`
-	// Payload is the body; JSON says whether it is JSON text (the payload
-	// column) or bytes (payload_bin, or null).
+	// Payload is the body; PayloadJSON says whether it is JSON text (the
+	// payload column) or bytes (payload_bin, or null).
 	Payload     []byte            `json:"-"`
 	PayloadJSON bool              `json:"-"`
 	ContentType string            `json:"content_type,omitempty"`
 	Headers     map[string]string `json:"headers"`
 	CreatedAt   time.Time         `json:"created_at"`
-	AvailableAt time.Time         `json:"available_at"`
-	Attempts    int               `json:"attempts"`
-	// MaxAttempts is 0 when the row leaves it to the relay's default.
-	MaxAttempts int                 `json:"max_attempts,omitempty"`
-	LastError   string              `json:"last_error,omitempty"`
-	Deliveries  map[string]Delivery `json:"deliveries"`
-	// FinishedAt is when the event was delivered or dead-lettered.
+	// AvailableAt is when a pending event may be claimed; zero once the
+	// event left the outbox.
+	AvailableAt time.Time `json:"available_at,omitzero"`
+	// MaxAttempts is 0 when the event leaves it to the relay's default.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// FinishedAt is when the relay took the event from the outbox, when
+	// relay.retention keeps it there (status done in the outbox table).
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Deliveries are the event's deliveries by sink ("" is the routing
+	// step). A sink of its route that is absent either received the event
+	// or (status pending) has not been tried yet.
+	Deliveries map[string]Delivery `json:"deliveries"`
 }
 
 // MarshalJSON writes the event with its payload as JSON when it is JSON
@@ -394,57 +574,125 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// Show returns every column of the event with the given id, whatever its
-// status, or ErrNotFound.
+// eventColumns are an event's columns as the outbox and the deliveries
+// store them.
+type eventColumns struct {
+	payload     pgtype.Text
+	payloadBin  []byte
+	headers     []byte
+	maxAttempts pgtype.Int4
+}
+
+func (c *eventColumns) fill(e *Event) error {
+	switch {
+	case c.payload.Valid:
+		e.Payload, e.PayloadJSON = []byte(c.payload.String), true
+	case c.payloadBin != nil:
+		e.Payload = c.payloadBin
+	}
+	e.MaxAttempts = int(c.maxAttempts.Int32)
+	e.Headers = map[string]string{}
+	return decodeHeaders(c.headers, e.Headers)
+}
+
+// Show returns the event with the given id, from the outbox and its
+// deliveries, whatever its status, or ErrNotFound.
 func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 	u, err := uuid.Parse(id)
 	if err != nil {
 		return nil, &InputError{"id", fmt.Sprintf("%q is not a UUID", truncate(id, 60))}
 	}
+	arg := pgtype.UUID{Bytes: u, Valid: true}
 	var (
-		e                   Event
-		payload             pgtype.Text
-		payloadBin          []byte
-		headers, deliveries []byte
-		attempts            int32
-		maxAttempts         pgtype.Int4
-		available, finis    pgtype.Timestamptz
+		e       Event
+		inOut   bool
+		outbox  string
+		decoded error
 	)
-	err = s.db.QueryRow(ctx, s.showSQL, pgtype.UUID{Bytes: u, Valid: true}).Scan(&e.Seq, &e.ID, &e.Topic, &e.Key, &e.Status,
-		&payload, &payloadBin, &e.ContentType, &headers, &e.CreatedAt, &available, &attempts, &maxAttempts,
-		&e.LastError, &deliveries, &finis)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, s.showSetupSQL); err != nil {
+			return err
+		}
+		var (
+			cols             eventColumns
+			available, finis pgtype.Timestamptz
+		)
+		err := tx.QueryRow(ctx, s.showEventSQL, arg).Scan(&e.Seq, &e.ID, &e.Topic, &e.Key, &outbox,
+			&cols.payload, &cols.payloadBin, &e.ContentType, &cols.headers, &e.CreatedAt, &available,
+			&cols.maxAttempts, &finis)
+		switch {
+		case err == nil:
+			inOut = true
+			e.AvailableAt, e.FinishedAt = available.Time, finis.Time
+			decoded = cols.fill(&e)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		e.Deliveries = map[string]Delivery{}
+		rows, err := tx.Query(ctx, s.showDeliveriesSQL, arg)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				sink, state, topic, key, contentType string
+				seq                                  int64
+				created                              time.Time
+				d                                    Delivery
+				attempts                             int32
+				next, dead                           pgtype.Timestamptz
+				headSeq                              pgtype.Int8
+				headID, headState                    pgtype.Text
+				c                                    eventColumns
+			)
+			if err := rows.Scan(&sink, &seq, &topic, &key, &c.payload, &c.payloadBin, &contentType, &c.headers,
+				&created, &c.maxAttempts, &state, &d.StopsKey, &attempts, &next, &d.Error, &d.QueuedAt, &dead,
+				&headSeq, &headID, &headState); err != nil {
+				return err
+			}
+			d.State, d.Attempts, d.NextAt, d.DeadAt = state, int(attempts), next.Time, dead.Time
+			if headSeq.Valid {
+				d.Head = &QueueHead{Seq: headSeq.Int64, ID: headID.String, State: headState.String}
+			}
+			e.Deliveries[sink] = d
+			if !inOut && e.ID == "" {
+				e.Seq, e.ID, e.Topic, e.Key, e.ContentType, e.CreatedAt = seq, u.String(), topic, key, contentType, created
+				decoded = c.fill(&e)
+			}
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reading event %s from %s: %w", id, s.tables.Outbox(), err)
 	}
-	switch {
-	case payload.Valid:
-		e.Payload, e.PayloadJSON = []byte(payload.String), true
-	case payloadBin != nil:
-		e.Payload = payloadBin
+	if !inOut && len(e.Deliveries) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	e.Attempts, e.MaxAttempts = int(attempts), int(maxAttempts.Int32)
-	e.AvailableAt, e.FinishedAt = infinityAware(available), finis.Time
-	e.Headers = map[string]string{}
-	if err := decodeHeaders(headers, e.Headers); err != nil {
-		return nil, fmt.Errorf("event %s: %w", id, err)
+	if decoded != nil {
+		return nil, fmt.Errorf("event %s: %w", id, decoded)
 	}
-	e.Deliveries = map[string]Delivery{}
-	if err := json.Unmarshal(deliveries, &e.Deliveries); err != nil {
-		return nil, fmt.Errorf("event %s: deliveries column: %w", id, err)
-	}
+	e.Status = eventStatus(outbox, e.Deliveries)
 	return &e, nil
 }
 
-// infinityAware decodes 'infinity' (an event parked for an operator) as the
-// largest time JSON and RFC 3339 can show.
-func infinityAware(t pgtype.Timestamptz) time.Time {
-	if t.InfinityModifier == pgtype.Infinity {
-		return time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+// eventStatus derives an event's status from its outbox row's status
+// ("" without one) and its deliveries.
+func eventStatus(outbox string, deliveries map[string]Delivery) string {
+	if outbox == "pending" {
+		return StatusPending
 	}
-	return t.Time
+	dead := false
+	for _, d := range deliveries {
+		if d.State != StateDead {
+			return StatusQueued
+		}
+		dead = true
+	}
+	if dead {
+		return StatusDead
+	}
+	return StatusDone
 }
 
 // decodeHeaders reads the headers column; values that are not strings
@@ -478,23 +726,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// releaseKeys is the end of the replay and purge statements, after the CTE
-// named from that returns the rows replayed or purged (seq, id, key): their
-// holds go; under relay.stop_key_on_dead_letter the later events of their
-// keys were parked for an operator ('infinity'), and are woken at $11 with
-// their own holds, which they keep while they wait (see relay's holds).
-func releaseKeys(outbox, holds, from string) string {
-	return `, unhold AS (
-    DELETE FROM ` + holds + ` x USING ` + from + ` WHERE x.key = ` + from + `.key AND x.seq = ` + from + `.seq
-), wake AS (
-    UPDATE ` + outbox + ` SET available_at = $11
-    WHERE status = 'pending' AND available_at = 'infinity'
-      AND key IN (SELECT key FROM ` + from + ` WHERE key IS NOT NULL)
-    RETURNING seq, key
-), rehold AS (
-    UPDATE ` + holds + ` x SET until = $11 FROM wake w WHERE x.key = w.key AND x.seq = w.seq
-)
-SELECT seq, id::text FROM ` + from
 }

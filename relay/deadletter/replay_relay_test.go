@@ -3,6 +3,7 @@ package deadletter_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -15,11 +16,11 @@ import (
 	"github.com/heraldhq/herald/sinks"
 )
 
-// recordingSink records what it acknowledges; while broken it rejects
-// every event for good.
+// recordingSink records what it acknowledges; reject decides which events
+// it refuses for good.
 type recordingSink struct {
 	name   string
-	broken atomic.Bool
+	reject func(e sinks.Event) bool
 	mu     sync.Mutex
 	got    []sinks.Event
 }
@@ -31,7 +32,7 @@ func (s *recordingSink) Publish(_ context.Context, events []sinks.Event) []error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, e := range events {
-		if s.broken.Load() {
+		if s.reject != nil && s.reject(e) {
 			errs[i] = sinks.Permanent(errors.New("rejected: bad request"))
 			continue
 		}
@@ -52,97 +53,235 @@ func (s *recordingSink) ids() []string {
 	return out
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// broken is a switch for a sink's reject function.
+type broken struct{ on atomic.Bool }
 
-// TestReplayThroughRelay runs a real relay with two sinks, one rejecting
-// everything, under stop_key_on_dead_letter. After the failing sink is fixed,
-// a replay delivers the dead events to it alone, and the parked later events
-// of the stopped key follow in order; the healthy sink gets nothing twice.
-func TestReplayThroughRelay(t *testing.T) {
-	t.Parallel()
-	tb := setup(t)
-	ctx := context.Background()
-	good, bad := &recordingSink{name: "good"}, &recordingSink{name: "bad"}
-	bad.broken.Store(true)
+func (b *broken) reject(sinks.Event) bool { return b.on.Load() }
+
+// run starts a relay on tb's tables until the test ends.
+func (tb *testBundle) run(t *testing.T, stopKey bool, targets ...sinks.Sink) {
+	t.Helper()
+	var ts []relay.Target
+	for _, s := range targets {
+		ts = append(ts, relay.Target{Sink: s})
+	}
 	r, err := relay.New(tb.pool, relay.Config{
-		Tables: tb.tables, PollInterval: 20 * time.Millisecond, PollOnly: true, Lease: 5 * time.Second,
-		StopKeyOnDeadLetter: true,
-		Routes:              []relay.Route{{Topics: []string{"*"}, Targets: []relay.Target{{Sink: good}, {Sink: bad}}}},
+		Tables: tb.tables, PollInterval: 20 * time.Millisecond, Lease: 5 * time.Second,
+		StopKeyOnDeadLetter: stopKey,
+		Routes:              []relay.Route{{Topics: []string{"*"}, Targets: ts}},
 		Logger:              slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
+	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("relay.Run: %v", err)
+		}
+	})
+}
 
-	var ids []string
-	for _, key := range []string{"k1", "k1", "k1", "", ""} {
+// insert commits events of one key ("" for none) and returns their ids.
+func (tb *testBundle) insert(t *testing.T, keys ...string) []string {
+	t.Helper()
+	ids := make([]string, len(keys))
+	for i, key := range keys {
 		var k any
 		if key != "" {
 			k = key
 		}
-		var id string
-		if err := tb.pool.QueryRow(ctx, "INSERT INTO "+tb.tables.Outbox()+" (topic, key) VALUES ('orders', $1) RETURNING id::text", k).Scan(&id); err != nil {
+		if err := tb.pool.QueryRow(context.Background(), "INSERT INTO "+tb.tables.Outbox()+" (topic, key) VALUES ('orders', $1) RETURNING id::text", k).Scan(&ids[i]); err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, id)
 	}
-	// k1's first event and both unkeyed ones die on bad; k1's later events
-	// are delivered to good and parked for bad.
-	waitFor(t, "3 dead letters and 2 parked events", func() bool {
-		var deadN, parked int
-		_ = tb.pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE status = 'dead'), count(*) FILTER (WHERE status = 'pending' AND available_at = 'infinity') FROM "+tb.tables.Outbox()).Scan(&deadN, &parked)
-		return deadN == 3 && parked == 2
-	})
-	waitFor(t, "good to get all 5", func() bool { return len(good.ids()) == 5 })
+	return ids
+}
 
-	bad.broken.Store(false)
-	res, err := tb.store.Replay(ctx, deadletter.Filter{Sink: "bad"}, deadletter.ReplayOpts{})
-	if err != nil || res.Count != 3 {
-		t.Fatalf("Replay = %+v, %v", res, err)
-	}
-	waitFor(t, "the table to empty", func() bool {
-		var n int
-		_ = tb.pool.QueryRow(ctx, "SELECT count(*) FROM "+tb.tables.Outbox()).Scan(&n)
-		return n == 0
-	})
-	if got := good.ids(); len(got) != 5 || !sameSet(got, ids) {
-		t.Fatalf("good got %v, want each of %v once", got, ids)
-	}
-	gotBad := bad.ids()
-	if !sameSet(gotBad, ids) || len(gotBad) != 5 {
-		t.Fatalf("bad got %v, want each of %v once", gotBad, ids)
-	}
-	var k1 []string
-	for _, id := range gotBad {
-		if slices.Contains(ids[:3], id) {
-			k1 = append(k1, id)
+// only returns the ids of got that are in of, in got's order.
+func only(got, of []string) []string {
+	var out []string
+	for _, id := range got {
+		if slices.Contains(of, id) {
+			out = append(out, id)
 		}
 	}
-	if !slices.Equal(k1, ids[:3]) {
-		t.Fatalf("bad got key k1 as %v, want seq order %v", k1, ids[:3])
-	}
-	var holds int
-	if err := tb.pool.QueryRow(ctx, "SELECT count(*) FROM "+tb.tables.Holds()).Scan(&holds); err != nil || holds != 0 {
-		t.Fatalf("%d holds left (%v)", holds, err)
+	return out
+}
+
+// TestReplayAndPurgeThroughRelay runs a real relay with two sinks, one
+// rejecting everything, under stop_key_on_dead_letter: k1's first event
+// dies on bad and the later ones wait behind it there. Once bad is fixed,
+// replaying the dead letters delivers them to bad alone, and the waiting
+// events follow in order; purging them instead lets the waiting events go
+// without them. good gets nothing twice.
+func TestReplayAndPurgeThroughRelay(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"replay", "purge"} {
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t)
+			ctx := context.Background()
+			var off broken
+			off.on.Store(true)
+			good, bad := &recordingSink{name: "good"}, &recordingSink{name: "bad", reject: off.reject}
+			tb.run(t, true, good, bad)
+
+			ids := tb.insert(t, "k1", "k1", "k1", "", "")
+			// k1's first event and both unkeyed ones die on bad; k1's
+			// later events are delivered to good and wait on bad.
+			waitFor(t, "3 dead letters and 2 waiting deliveries", func() bool {
+				return tb.count(t, tb.tables.Deliveries(), "sink = 'bad' AND state = 'dead'") == 3 &&
+					tb.count(t, tb.tables.Deliveries(), "sink = 'bad' AND state = 'waiting'") == 2
+			})
+			waitFor(t, "good to get all 5", func() bool { return len(good.ids()) == 5 })
+			if n := tb.count(t, tb.tables.Deliveries(), "stops_key"); n != 1 {
+				t.Fatalf("%d dead letters stop their key, want k1's", n)
+			}
+
+			off.on.Store(false)
+			var (
+				res deadletter.Result
+				err error
+			)
+			if op == "replay" {
+				res, err = tb.store.Replay(ctx, deadletter.Filter{Sink: "bad"}, deadletter.ReplayOpts{})
+			} else {
+				res, err = tb.store.Purge(ctx, deadletter.Filter{Sink: "bad"}, deadletter.PurgeOpts{})
+			}
+			if err != nil || res.Count != 3 {
+				t.Fatalf("%s = %+v, %v", op, res, err)
+			}
+			waitFor(t, "the deliveries to empty", func() bool { return tb.count(t, tb.tables.Deliveries(), "true") == 0 })
+			if got := good.ids(); len(got) != 5 || !sameSet(got, ids) {
+				t.Fatalf("good got %v, want each of %v once", got, ids)
+			}
+			want := ids
+			if op == "purge" {
+				want = ids[1:3]
+			}
+			gotBad := bad.ids()
+			if len(gotBad) != len(want) || !sameSet(gotBad, want) {
+				t.Fatalf("bad got %v, want each of %v once", gotBad, want)
+			}
+			if k1 := only(gotBad, ids[:3]); !slices.Equal(k1, only(ids[:3], want)) {
+				t.Fatalf("bad got key k1 as %v, want seq order %v", k1, only(ids[:3], want))
+			}
+			if n := tb.count(t, tb.tables.Outbox(), "true"); n != 0 {
+				t.Fatalf("%d outbox rows left", n)
+			}
+		})
 	}
 }
 
-func sameSet(a, b []string) bool {
-	x, y := slices.Clone(a), slices.Clone(b)
-	slices.Sort(x)
-	slices.Sort(y)
-	return slices.Equal(slices.Compact(x), y)
+// TestReplayAllSinksThroughRelay: an event replayed with AllSinks goes
+// through the routing step again, to every sink of its route; a later
+// event of its key waits for it there.
+func TestReplayAllSinksThroughRelay(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	ctx := context.Background()
+	var off broken
+	off.on.Store(true)
+	good, bad := &recordingSink{name: "good"}, &recordingSink{name: "bad", reject: off.reject}
+	tb.run(t, false, good, bad)
+
+	first := tb.insert(t, "k1", "")
+	waitFor(t, "2 dead letters on bad", func() bool {
+		return tb.count(t, tb.tables.Deliveries(), "sink = 'bad' AND state = 'dead'") == 2
+	})
+	waitFor(t, "good to get both", func() bool { return len(good.ids()) == 2 })
+	off.on.Store(false)
+	res, err := tb.store.Replay(ctx, deadletter.Filter{Sink: "bad"}, deadletter.ReplayOpts{AllSinks: true})
+	if err != nil || res.Count != 2 {
+		t.Fatalf("Replay = %+v, %v", res, err)
+	}
+	waitFor(t, "the deliveries to empty", func() bool { return tb.count(t, tb.tables.Deliveries(), "true") == 0 })
+	waitFor(t, "good to get both again", func() bool { return len(good.ids()) == 4 })
+	if got := good.ids(); !sameSet(got, append(slices.Clone(first), first...)) {
+		t.Fatalf("good got %v, want %v twice", got, first)
+	}
+	if got := bad.ids(); len(got) != 2 || !sameSet(got, first) {
+		t.Fatalf("bad got %v, want %v once", got, first)
+	}
+}
+
+// TestReplayWhileRelayRecords: a relay records outcomes while replays run
+// one after another. The flaky sink refuses every event for good the
+// first time it sees it, so every event becomes a dead letter that stops
+// its key, and is delivered once a replay has put it back. Every event
+// must arrive exactly once, in key order, with nothing left behind: the
+// lanes' lock keeps each replay batch and each record apart.
+func TestReplayWhileRelayRecords(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	ctx := context.Background()
+	var seenMu sync.Mutex
+	seen := map[string]bool{}
+	flaky := &recordingSink{name: "flaky", reject: func(e sinks.Event) bool {
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		first := !seen[e.ID]
+		seen[e.ID] = true
+		return first
+	}}
+	tb.run(t, true, flaky)
+
+	const keys, perKey = 20, 15
+	done := make(chan struct{})
+	replayed := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-done:
+				replayed <- nil
+				return
+			default:
+			}
+			if _, err := tb.store.Replay(ctx, deadletter.Filter{}, deadletter.ReplayOpts{}); err != nil {
+				replayed <- err
+				return
+			}
+		}
+	}()
+	var ids []string
+	byKey := map[string][]string{}
+	for i := range perKey {
+		batch := make([]string, 0, keys+1)
+		for k := range keys {
+			batch = append(batch, fmt.Sprintf("k%d", k))
+		}
+		batch = append(batch, "")
+		got := tb.insert(t, batch...)
+		for j, id := range got {
+			byKey[batch[j]] = append(byKey[batch[j]], id)
+		}
+		ids = append(ids, got...)
+		if i%5 == 0 {
+			time.Sleep(10 * time.Millisecond) // let the relay overlap the writers
+		}
+	}
+	waitFor(t, "every event to be delivered", func() bool { return len(flaky.ids()) >= len(ids) })
+	waitFor(t, "the deliveries and the outbox to empty", func() bool {
+		return tb.count(t, tb.tables.Deliveries(), "true") == 0 && tb.count(t, tb.tables.Outbox(), "true") == 0
+	})
+	close(done)
+	if err := <-replayed; err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	got := flaky.ids()
+	if len(got) != len(ids) || !sameSet(got, ids) {
+		t.Fatalf("flaky got %d events, want each of %d once", len(got), len(ids))
+	}
+	for key, want := range byKey {
+		if key == "" {
+			continue
+		}
+		if order := only(got, want); !slices.Equal(order, want) {
+			t.Fatalf("key %s arrived as %v, want %v", key, order, want)
+		}
+	}
 }

@@ -5,37 +5,25 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
 func (s *Store) initStatus() {
-	o, st := s.tables.Outbox(), s.tables.Stats()
-	s.statusTopicsSQL = `SELECT topic,
-       count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE status = 'dead'),
-       min(created_at) FILTER (WHERE status = 'pending'),
-       now()
-FROM ` + o + ` WHERE status IN ('pending', 'dead')
-GROUP BY topic ORDER BY topic`
-	// Pending events per sink, from their deliveries: a sink counts an
-	// event it has a delivery entry for that is not done.
-	s.statusSinksSQL = `SELECT d.key, count(*), min(o.created_at)
-FROM ` + o + ` o, jsonb_each(o.deliveries) AS d(key, value)
-WHERE o.status = 'pending' AND d.value->>'state' <> 'done'
-GROUP BY d.key`
-	// Pending events per sink, from the routes: $1 and $2 pair each topic
-	// with a sink its route names; the sink counts the topic's pending
-	// events it has not delivered.
-	s.statusRoutedSQL = `SELECT m.sink, count(*), min(o.created_at)
-FROM ` + o + ` o JOIN unnest($1::text[], $2::text[]) AS m(topic, sink) ON o.topic = m.topic
-WHERE o.status = 'pending' AND coalesce(o.deliveries -> m.sink ->> 'state', '') <> 'done'
-GROUP BY m.sink`
-	s.statusDeadSQL = `SELECT d.key, count(*)
-FROM ` + o + ` o, jsonb_each(o.deliveries) AS d(key, value)
-WHERE o.status = 'dead' AND d.value->>'state' = 'dead'
-GROUP BY d.key`
+	o, dl, st := s.tables.Outbox(), s.tables.Deliveries(), s.tables.Stats()
+	s.statusPendingSQL = `SELECT topic, count(*), min(created_at), now()
+FROM ` + o + ` WHERE status = 'pending'
+GROUP BY topic`
+	// The queues per sink and topic: deliveries waiting (ready or waiting)
+	// with their oldest event, and dead letters.
+	s.statusQueuesSQL = `SELECT sink, topic,
+       count(*) FILTER (WHERE state <> 'dead'),
+       min(created_at) FILTER (WHERE state <> 'dead'),
+       count(*) FILTER (WHERE state = 'dead')
+FROM ` + dl + `
+GROUP BY sink, topic`
 	// Published in the last minute, estimated from per-minute counts as a
 	// sliding window: the current minute counts whole, the previous one in
 	// proportion to the part of it still inside the window.
@@ -47,20 +35,33 @@ WHERE minute >= date_trunc('minute', now()) - interval '1 minute'
 GROUP BY sink, topic`
 	s.backlogSQL = `SELECT (SELECT count(*) FROM ` + o + ` WHERE status = 'pending'),
        (SELECT min(created_at) FROM ` + o + ` WHERE status = 'pending'),
-       (SELECT count(*) FROM ` + o + ` WHERE status = 'dead'),
+       (SELECT count(*) FROM ` + dl + ` WHERE state <> 'dead'),
+       (SELECT min(created_at) FROM ` + dl + ` WHERE state <> 'dead'),
+       (SELECT count(*) FROM ` + dl + ` WHERE state = 'dead'),
        now()`
 }
 
-// Backlog counts events waiting in one place: a topic, a sink, or all.
+// Backlog counts what waits in one place: a topic, a sink, or everything.
+// Pending counts events; Queued and Dead count deliveries (one per event
+// and sink: an event waiting for two sinks is queued twice).
 type Backlog struct {
-	// Pending events are not delivered yet: waiting to be claimed (due now,
-	// or later for retries and delayed events) or being published.
+	// Pending counts events in the outbox not claimed yet (due now, or
+	// later for events written with a delay). For a sink, they are the
+	// pending events whose route names the sink, known only when Status
+	// is given the routes.
 	Pending int64 `json:"pending"`
-	// Dead events wait for an operator (relay dlq).
+	// Queued counts deliveries waiting in a sink's queue: retrying, held
+	// back while their sink is down, or waiting behind an earlier event of
+	// their key.
+	Queued int64 `json:"queued"`
+	// Dead counts dead letters, waiting for an operator (relay dlq).
 	Dead int64 `json:"dead"`
-	// OldestPendingAgeSeconds is the age of the oldest pending event, in
-	// seconds; zero when there is none.
+	// OldestPendingAgeSeconds is the age (since created_at) of the oldest
+	// pending event, in seconds; zero when there is none.
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	// OldestQueuedAgeSeconds is the age (since its event's created_at) of
+	// the oldest queued delivery, in seconds; zero when there is none.
+	OldestQueuedAgeSeconds float64 `json:"oldest_queued_age_seconds"`
 	// PublishedLastMinute estimates the events published in the last 60
 	// seconds, from per-minute counts.
 	PublishedLastMinute int64 `json:"published_last_minute"`
@@ -72,25 +73,26 @@ type TopicStatus struct {
 	Backlog
 }
 
-// SinkStatus is the backlog of one sink.
+// SinkStatus is the backlog of one sink. Sink "" (RoutingStep) is the
+// routing step: events replayed to every sink, or dead before any sink.
 type SinkStatus struct {
 	Sink string `json:"sink"`
 	Backlog
 }
 
-// Status is the state of the outbox table as `relay status` shows it.
+// Status is the state of the outbox and its queues as `relay status` shows
+// it. Its JSON fields are at, total, topics and sinks.
 type Status struct {
 	// At is the database's time when the status was read.
 	At time.Time `json:"at"`
-	// Total is the backlog of the whole table.
+	// Total is the backlog of the whole outbox.
 	Total Backlog `json:"total"`
-	// Topics has one entry per topic with pending, dead or recently
-	// published events, sorted by topic.
+	// Topics has one entry per topic with pending, queued, dead or
+	// recently published events, sorted by topic.
 	Topics []TopicStatus `json:"topics"`
-	// Sinks has one entry per sink, sorted by name. Pending events are
-	// attributed to a sink from their deliveries (an event the
-	// sink has not delivered yet), or from the routes when RouteFunc is
-	// given; dead events to the sinks they failed on.
+	// Sinks has one entry per sink with queued or dead deliveries or
+	// recent publications (and, given the routes, per sink routed pending
+	// events), sorted by name.
 	Sinks []SinkStatus `json:"sinks"`
 }
 
@@ -99,7 +101,8 @@ type Status struct {
 type RouteFunc func(topic string) []string
 
 // Status reads the backlog per topic and per sink and what was published
-// in the last minute. routes may be nil; see Status.Sinks.
+// in the last minute. routes may be nil; with it, each sink's Pending
+// counts the pending events routed to it.
 func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 	st := &Status{Topics: []TopicStatus{}, Sinks: []SinkStatus{}}
 	topics := map[string]*TopicStatus{}
@@ -123,96 +126,76 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 	fail := func(what string, err error) (*Status, error) {
 		return nil, fmt.Errorf("reading %s of %s: %w", what, s.tables.Outbox(), err)
 	}
+	// Oldest times; ages are computed once st.At is known.
+	type oldest struct{ pending, queued time.Time }
+	oldestOf := map[*Backlog]*oldest{}
+	older := func(b *Backlog, pending, queued pgtype.Timestamptz) {
+		o := oldestOf[b]
+		if o == nil {
+			o = &oldest{}
+			oldestOf[b] = o
+		}
+		if pending.Valid && (o.pending.IsZero() || pending.Time.Before(o.pending)) {
+			o.pending = pending.Time
+		}
+		if queued.Valid && (o.queued.IsZero() || queued.Time.Before(o.queued)) {
+			o.queued = queued.Time
+		}
+	}
+	var none pgtype.Timestamptz
 
-	rows, err := s.db.Query(ctx, s.statusTopicsSQL)
+	// Pending events per topic, and per sink from the routes.
+	rows, err := s.db.Query(ctx, s.statusPendingSQL)
 	if err != nil {
-		return fail("the backlog per topic", err)
+		return fail("the pending events per topic", err)
 	}
 	var (
-		name          string
-		pending, dead int64
-		oldest        pgtype.Timestamptz
-		oldestAll     time.Time
+		name, topicName    string
+		n, dead            int64
+		first, firstQueued pgtype.Timestamptz
 	)
 	for rows.Next() {
-		if err := rows.Scan(&name, &pending, &dead, &oldest, &st.At); err != nil {
+		if err := rows.Scan(&name, &n, &first, &st.At); err != nil {
 			rows.Close()
-			return fail("the backlog per topic", err)
+			return fail("the pending events per topic", err)
 		}
 		t := topic(name)
-		t.Pending, t.Dead = pending, dead
-		if oldest.Valid {
-			t.OldestPendingAgeSeconds = age(st.At, oldest.Time)
-			if oldestAll.IsZero() || oldest.Time.Before(oldestAll) {
-				oldestAll = oldest.Time
-			}
-		}
-		st.Total.Pending += pending
-		st.Total.Dead += dead
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fail("the backlog per topic", err)
-	}
-	if st.At.IsZero() {
-		if err := s.db.QueryRow(ctx, s.nowSQL).Scan(&st.At); err != nil {
-			return fail("the time", err)
-		}
-	}
-	if !oldestAll.IsZero() {
-		st.Total.OldestPendingAgeSeconds = age(st.At, oldestAll)
-	}
-
-	// Pending per sink.
-	sinkSQL, sinkArgs := s.statusSinksSQL, []any(nil)
-	if routes != nil {
-		var pairTopics, pairSinks []string
-		for name, t := range topics {
-			if t.Pending == 0 {
-				continue
-			}
+		t.Pending += n
+		older(&t.Backlog, first, none)
+		st.Total.Pending += n
+		older(&st.Total, first, none)
+		if routes != nil {
 			for _, sk := range routes(name) {
-				pairTopics = append(pairTopics, name)
-				pairSinks = append(pairSinks, sk)
+				x := sink(sk)
+				x.Pending += n
+				older(&x.Backlog, first, none)
 			}
 		}
-		sinkSQL, sinkArgs = s.statusRoutedSQL, []any{pairTopics, pairSinks}
-	}
-	rows, err = s.db.Query(ctx, sinkSQL, sinkArgs...)
-	if err != nil {
-		return fail("the backlog per sink", err)
-	}
-	for rows.Next() {
-		if err := rows.Scan(&name, &pending, &oldest); err != nil {
-			rows.Close()
-			return fail("the backlog per sink", err)
-		}
-		x := sink(name)
-		x.Pending = pending
-		if oldest.Valid {
-			x.OldestPendingAgeSeconds = age(st.At, oldest.Time)
-		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fail("the backlog per sink", err)
+		return fail("the pending events per topic", err)
 	}
 
-	// Dead per sink.
-	rows, err = s.db.Query(ctx, s.statusDeadSQL)
+	// The queues and dead letters per sink and topic.
+	rows, err = s.db.Query(ctx, s.statusQueuesSQL)
 	if err != nil {
-		return fail("the dead letters per sink", err)
+		return fail("the queues", err)
 	}
 	for rows.Next() {
-		if err := rows.Scan(&name, &dead); err != nil {
+		if err := rows.Scan(&name, &topicName, &n, &firstQueued, &dead); err != nil {
 			rows.Close()
-			return fail("the dead letters per sink", err)
+			return fail("the queues", err)
 		}
-		sink(name).Dead = dead
+		for _, b := range []*Backlog{&sink(name).Backlog, &topic(topicName).Backlog, &st.Total} {
+			b.Queued += n
+			b.Dead += dead
+			older(b, none, firstQueued)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fail("the dead letters per sink", err)
+		return fail("the queues", err)
 	}
 
 	// Published in the last minute.
@@ -220,10 +203,7 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 	if err != nil {
 		return fail("the published counts", err)
 	}
-	var (
-		topicName string
-		published float64
-	)
+	var published float64
 	for rows.Next() {
 		if err := rows.Scan(&name, &topicName, &published); err != nil {
 			rows.Close()
@@ -239,54 +219,69 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 		return fail("the published counts", err)
 	}
 
+	if st.At.IsZero() {
+		if err := s.db.QueryRow(ctx, s.nowSQL).Scan(&st.At); err != nil {
+			return fail("the time", err)
+		}
+	}
+	for b, o := range oldestOf {
+		if !o.pending.IsZero() {
+			b.OldestPendingAgeSeconds = age(st.At, o.pending)
+		}
+		if !o.queued.IsZero() {
+			b.OldestQueuedAgeSeconds = age(st.At, o.queued)
+		}
+	}
 	for _, t := range topics {
 		st.Topics = append(st.Topics, *t)
 	}
 	for _, x := range sinkMap {
 		st.Sinks = append(st.Sinks, *x)
 	}
-	slices.SortFunc(st.Topics, func(a, b TopicStatus) int { return cmpString(a.Topic, b.Topic) })
-	slices.SortFunc(st.Sinks, func(a, b SinkStatus) int { return cmpString(a.Sink, b.Sink) })
+	slices.SortFunc(st.Topics, func(a, b TopicStatus) int { return strings.Compare(a.Topic, b.Topic) })
+	slices.SortFunc(st.Sinks, func(a, b SinkStatus) int { return strings.Compare(a.Sink, b.Sink) })
 	return st, nil
 }
 
 // age is now - t in seconds, never negative.
 func age(now, t time.Time) float64 { return max(now.Sub(t), 0).Seconds() }
 
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // Totals is the cheap backlog summary the metrics refresh reads.
 type Totals struct {
-	// Pending counts pending events.
+	// Pending counts events in the outbox not claimed yet.
 	Pending int64
-	// OldestPendingAge is the age of the oldest pending event; zero when
-	// there is none.
-	OldestPendingAge time.Duration
+	// Queued counts deliveries waiting in the sinks' queues (and the
+	// routing step's).
+	Queued int64
+	// OldestAge is the age (since created_at) of the oldest event pending
+	// or queued; zero when there is none.
+	OldestAge time.Duration
 	// Dead counts dead letters.
 	Dead int64
 }
 
-// Totals counts pending and dead events and the age of the oldest pending
-// one, through the table's partial indexes.
+// Undelivered is what still has to be delivered: Pending + Queued.
+func (t Totals) Undelivered() int64 { return t.Pending + t.Queued }
+
+// Totals counts pending events, queued deliveries and dead letters, and the
+// age of the oldest event pending or queued.
 func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	var (
-		t      Totals
-		oldest pgtype.Timestamptz
-		now    time.Time
+		t                     Totals
+		oldPending, oldQueued pgtype.Timestamptz
+		now                   time.Time
 	)
-	if err := s.db.QueryRow(ctx, s.backlogSQL).Scan(&t.Pending, &oldest, &t.Dead, &now); err != nil {
+	if err := s.db.QueryRow(ctx, s.backlogSQL).Scan(&t.Pending, &oldPending, &t.Queued, &oldQueued, &t.Dead, &now); err != nil {
 		return t, fmt.Errorf("reading the backlog of %s: %w", s.tables.Outbox(), err)
 	}
-	if oldest.Valid {
-		t.OldestPendingAge = max(now.Sub(oldest.Time), 0)
+	var oldest time.Time
+	for _, o := range []pgtype.Timestamptz{oldPending, oldQueued} {
+		if o.Valid && (oldest.IsZero() || o.Time.Before(oldest)) {
+			oldest = o.Time
+		}
+	}
+	if !oldest.IsZero() {
+		t.OldestAge = max(now.Sub(oldest), 0)
 	}
 	return t, nil
 }

@@ -14,23 +14,22 @@ func TestStatus(t *testing.T) {
 	tb := setup(t)
 	ctx := context.Background()
 	o := tb.tables.Outbox()
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := tb.pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	// orders: 3 pending (one created 10 minutes ago, retrying on hook and
-	// done on kafka), 1 dead on hook. users: 1 pending never tried.
-	exec(`INSERT INTO ` + o + ` (topic, created_at, deliveries) VALUES
-  ('orders', now() - interval '10 minutes', '{"hook": {"state": "retry", "attempts": 2, "at": "2026-01-01T00:00:00Z"}, "kafka": {"state": "done", "attempts": 1, "at": "2026-01-01T00:00:00Z"}}'),
-  ('orders', now() - interval '1 minute', '{}'),
-  ('users', now() - interval '5 minutes', '{}')`)
-	exec(`INSERT INTO ` + o + ` (topic) VALUES ('orders')`)
-	exec(`INSERT INTO ` + o + ` (topic, status, finished_at, deliveries) VALUES ('orders', 'dead', now(), '{"hook": {"state": "dead", "attempts": 1, "at": "2026-01-01T00:00:00Z"}}')`)
-	exec(`INSERT INTO ` + o + ` (topic, status, finished_at) VALUES ('orders', 'done', now())`)
+	// The outbox: orders has 2 pending (one 10 minutes old), users 1; a
+	// done row (retention) counts for nothing.
+	tb.exec(t, `INSERT INTO `+o+` (topic, created_at) VALUES
+  ('orders', now() - interval '10 minutes'), ('orders', now() - interval '1 minute'), ('users', now() - interval '5 minutes')`)
+	tb.exec(t, `INSERT INTO `+o+` (topic, status, finished_at) VALUES ('orders', 'done', now())`)
+	// The queues: two orders wait on hook (the head 20 minutes old), a
+	// users event is dead on kafka, an orders event died at the routing
+	// step.
+	head := tb.newEvent(t, "orders", "o-1")
+	head.createdAgo = 20 * time.Minute
+	tb.put(t, head, delivery{sink: "hook", state: "ready", attempts: 2})
+	tb.put(t, tb.newEvent(t, "orders", "o-1"), delivery{sink: "hook", state: "waiting"})
+	tb.dead(t, "users", "", "kafka")
+	tb.dead(t, "orders", "", "")
 	// Published this minute count whole; two minutes ago not at all.
-	exec(`INSERT INTO ` + tb.tables.Stats() + ` (minute, sink, topic, published) VALUES
+	tb.exec(t, `INSERT INTO `+tb.tables.Stats()+` (minute, sink, topic, published) VALUES
   (date_trunc('minute', now()), 'kafka', 'orders', 7),
   (date_trunc('minute', now()), 'hook', 'users', 2),
   (date_trunc('minute', now()) - interval '2 minutes', 'kafka', 'orders', 1000)`)
@@ -39,32 +38,46 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Total.Pending != 4 || st.Total.Dead != 1 || st.Total.PublishedLastMinute != 9 {
-		t.Fatalf("total = %+v", st.Total)
+	if tot := st.Total; tot.Pending != 3 || tot.Queued != 2 || tot.Dead != 2 || tot.PublishedLastMinute != 9 {
+		t.Fatalf("total = %+v", tot)
 	}
 	if a := st.Total.OldestPendingAgeSeconds; a < 599 || a > 660 {
 		t.Fatalf("oldest pending age %.0fs, want about 600", a)
 	}
+	if a := st.Total.OldestQueuedAgeSeconds; a < 1199 || a > 1260 {
+		t.Fatalf("oldest queued age %.0fs, want about 1200", a)
+	}
 	if len(st.Topics) != 2 || st.Topics[0].Topic != "orders" || st.Topics[1].Topic != "users" {
 		t.Fatalf("topics = %+v", st.Topics)
 	}
-	if ord := st.Topics[0]; ord.Pending != 3 || ord.Dead != 1 || ord.PublishedLastMinute != 7 {
+	if ord := st.Topics[0]; ord.Pending != 2 || ord.Queued != 2 || ord.Dead != 1 || ord.PublishedLastMinute != 7 ||
+		ord.OldestPendingAgeSeconds < 599 || ord.OldestQueuedAgeSeconds < 1199 {
 		t.Fatalf("orders = %+v", ord)
 	}
-	if us := st.Topics[1]; us.Pending != 1 || us.PublishedLastMinute != 2 || us.OldestPendingAgeSeconds < 299 {
+	if us := st.Topics[1]; us.Pending != 1 || us.Queued != 0 || us.Dead != 1 || us.PublishedLastMinute != 2 ||
+		us.OldestPendingAgeSeconds < 299 || us.OldestQueuedAgeSeconds != 0 {
 		t.Fatalf("users = %+v", us)
 	}
-	// From deliveries alone: hook has one event not done (the retrying
-	// one) and one dead; kafka none pending.
-	sinksByName := map[string]deadletter.SinkStatus{}
-	for _, s := range st.Sinks {
-		sinksByName[s.Sink] = s
+	sinksByName := func(st *deadletter.Status) map[string]deadletter.SinkStatus {
+		out := map[string]deadletter.SinkStatus{}
+		for _, s := range st.Sinks {
+			out[s.Sink] = s
+		}
+		return out
 	}
-	if h := sinksByName["hook"]; h.Pending != 1 || h.Dead != 1 || h.PublishedLastMinute != 2 || h.OldestPendingAgeSeconds < 599 {
-		t.Fatalf("hook from deliveries = %+v", h)
+	// Without routes, pending events are no sink's.
+	byName := sinksByName(st)
+	if len(byName) != 3 {
+		t.Fatalf("sinks = %+v", st.Sinks)
 	}
-	if k := sinksByName["kafka"]; k.Pending != 0 || k.Dead != 0 || k.PublishedLastMinute != 7 {
-		t.Fatalf("kafka from deliveries = %+v", k)
+	if h := byName["hook"]; h.Pending != 0 || h.Queued != 2 || h.Dead != 0 || h.PublishedLastMinute != 2 || h.OldestQueuedAgeSeconds < 1199 {
+		t.Fatalf("hook = %+v", h)
+	}
+	if k := byName["kafka"]; k.Pending != 0 || k.Queued != 0 || k.Dead != 1 || k.PublishedLastMinute != 7 {
+		t.Fatalf("kafka = %+v", k)
+	}
+	if r := byName[""]; r.Dead != 1 || r.Queued != 0 {
+		t.Fatalf("the routing step = %+v", r)
 	}
 
 	// With routes: orders go to hook and kafka, users to hook.
@@ -80,24 +93,22 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sinksByName = map[string]deadletter.SinkStatus{}
-	for _, s := range st.Sinks {
-		sinksByName[s.Sink] = s
-	}
-	if h := sinksByName["hook"]; h.Pending != 4 || h.Dead != 1 {
+	byName = sinksByName(st)
+	if h := byName["hook"]; h.Pending != 3 || h.Queued != 2 || h.Dead != 0 || h.OldestPendingAgeSeconds < 599 {
 		t.Fatalf("hook from routes = %+v", h)
 	}
-	if k := sinksByName["kafka"]; k.Pending != 2 || k.Dead != 0 {
+	if k := byName["kafka"]; k.Pending != 2 || k.Dead != 1 {
 		t.Fatalf("kafka from routes = %+v", k)
 	}
 	b, _ := json.Marshal(st)
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil || m["total"].(map[string]any)["pending"] != 4.0 {
+	if err := json.Unmarshal(b, &m); err != nil || m["total"].(map[string]any)["pending"] != 3.0 || m["total"].(map[string]any)["queued"] != 2.0 {
 		t.Fatalf("JSON: %s", b)
 	}
 
 	totals, err := tb.store.Totals(ctx)
-	if err != nil || totals.Pending != 4 || totals.Dead != 1 || totals.OldestPendingAge < 599*time.Second {
+	if err != nil || totals.Pending != 3 || totals.Queued != 2 || totals.Dead != 2 || totals.Undelivered() != 5 ||
+		totals.OldestAge < 1199*time.Second || totals.OldestAge > 1260*time.Second {
 		t.Fatalf("Totals = %+v, %v", totals, err)
 	}
 }
@@ -106,7 +117,11 @@ func TestStatusEmpty(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	st, err := tb.store.Status(context.Background(), nil)
-	if err != nil || st.Total != (deadletter.Backlog{}) || len(st.Topics) != 0 || st.At.IsZero() {
+	if err != nil || st.Total != (deadletter.Backlog{}) || len(st.Topics) != 0 || len(st.Sinks) != 0 || st.At.IsZero() {
 		t.Fatalf("Status = %+v, %v", st, err)
+	}
+	totals, err := tb.store.Totals(context.Background())
+	if err != nil || totals != (deadletter.Totals{}) {
+		t.Fatalf("Totals = %+v, %v", totals, err)
 	}
 }

@@ -69,7 +69,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, sinkTopic),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_dead_letters_total",
-			Help: "Events moved to the dead-letter state (status dead).",
+			Help: "Dead letters recorded: deliveries that failed for good, on a sink or at the routing step (no route, unreadable event).",
 		}, []string{"topic"}),
 		claimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_events_claimed_total",
@@ -101,15 +101,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"sink"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_backlog_pending_events",
-			Help: "Pending events in the outbox table (refreshed periodically).",
+			Help: "What is not delivered yet: events in the outbox not claimed yet plus deliveries queued for a sink (refreshed periodically).",
 		}),
 		dead: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_backlog_dead_events",
-			Help: "Dead-lettered events in the outbox table (refreshed periodically).",
+			Help: "Dead letters, one per event and sink, waiting for an operator (refreshed periodically).",
 		}),
 		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_backlog_oldest_pending_age_seconds",
-			Help: "Age of the oldest pending event, 0 when none (refreshed periodically).",
+			Help: "Age of the oldest event pending in the outbox or queued for a sink, 0 when none (refreshed periodically).",
 		}),
 		backlogErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_backlog_refresh_errors_total",
@@ -172,11 +172,14 @@ func (m *Metrics) SinkPublish(sink string, _ int, took time.Duration) {
 	m.publishSeconds.WithLabelValues(sink).Observe(took.Seconds())
 }
 
-// SetBacklog sets the backlog gauges.
+// SetBacklog sets the backlog gauges: herald_backlog_pending_events to
+// what is not delivered yet (t.Undelivered: pending events plus queued
+// deliveries), herald_backlog_oldest_pending_age_seconds to t.OldestAge and
+// herald_backlog_dead_events to the dead letters.
 func (m *Metrics) SetBacklog(t deadletter.Totals) {
-	m.pending.Set(float64(t.Pending))
+	m.pending.Set(float64(t.Undelivered()))
 	m.dead.Set(float64(t.Dead))
-	m.oldestPending.Set(t.OldestPendingAge.Seconds())
+	m.oldestPending.Set(t.OldestAge.Seconds())
 }
 
 // BacklogFunc reads the backlog; (*deadletter.Store).Totals is one.

@@ -82,7 +82,7 @@ func TestRefreshBacklog(t *testing.T) {
 		if calls.Add(1) == 2 {
 			return deadletter.Totals{}, errors.New("connection refused")
 		}
-		return deadletter.Totals{Pending: 12, Dead: 4, OldestPendingAge: 90 * time.Second}, nil
+		return deadletter.Totals{Pending: 12, Queued: 3, Dead: 4, OldestAge: 90 * time.Second}, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -96,7 +96,7 @@ func TestRefreshBacklog(t *testing.T) {
 	cancel()
 	<-done
 	body := scrape(t, reg)
-	for _, want := range []string{"herald_backlog_pending_events 12", "herald_backlog_dead_events 4",
+	for _, want := range []string{"herald_backlog_pending_events 15", "herald_backlog_dead_events 4",
 		"herald_backlog_oldest_pending_age_seconds 90", "herald_backlog_refresh_errors_total 1"} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("metrics lack %q:\n%s", want, body)

@@ -36,17 +36,19 @@
 //
 // Events of one key are sent in slice order, on one connection, and a batch's
 // acknowledgements are awaited before Publish returns, so order holds within
-// and across calls. Because JetStream mode pipelines, when an event of key K
-// fails, later events of K in the same batch may already be on the wire and
-// stored. They are still reported failed, wrapping sinks.ErrSkipped, so the
-// relay retries them after K's failed event; when they were in fact stored,
-// the retry is acknowledged as a duplicate and they keep their original
-// position. A failure caused by a lost acknowledgement (ack timeout,
-// disconnect) leaves order intact: the server stores one connection's messages
-// in order, so the stored ones form a prefix and their retries are dropped as
-// duplicates. Order can break only when the server rejects one message of K
-// but stores a later one (a per-message JetStream error such as the stream's
-// max_msg_size), or when a retry comes after the duplicate window.
+// and across calls. Once an event of key K fails before it is sent, the
+// later events of K in the call are not sent (sinks.ErrSkipped). Because
+// JetStream mode pipelines, when an event of K fails after it was sent,
+// later events of K may already be stored: they are reported as they went
+// (stored is delivered), and the relay, which holds K's later events back
+// behind the failed one whatever a sink reports, sends them again after it;
+// the stream drops those retries as duplicates inside its window. A failure
+// caused by a lost acknowledgement (ack timeout, disconnect) leaves order
+// intact: the server stores one connection's messages in order, so the
+// stored ones form a prefix. Order can break only when the server rejects
+// one message of K but stores a later one (a per-message JetStream error
+// such as the stream's max_msg_size), or when a retry comes after the
+// duplicate window.
 //
 // # Errors
 //
@@ -342,7 +344,6 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 	} else {
 		b.publishJetStream(ctx, nc, js)
 	}
-	b.skipAfterFailures()
 	return errs
 }
 
@@ -383,26 +384,6 @@ func (b *batch) blocked(i int) bool {
 	}
 	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, sinks.ErrSkipped)
 	return true
-}
-
-// skipAfterFailures reports failed every event that succeeded after an
-// earlier event of its key failed (possible when pipelined): the relay must
-// retry it after that one, and the stream drops the retry as a duplicate.
-func (b *batch) skipAfterFailures() {
-	failed := map[string]bool{}
-	for i, e := range b.events {
-		if e.Key == "" {
-			continue
-		}
-		if b.errs[i] != nil {
-			failed[e.Key] = true
-			continue
-		}
-		if failed[e.Key] {
-			b.errs[i] = fmt.Errorf("publishing event %s to %s: %w (it was already sent and acknowledged; "+
-				"its retry is dropped as a duplicate inside the stream's duplicate window)", e.ID, e.Destination, sinks.ErrSkipped)
-		}
-	}
 }
 
 // publishCore publishes with core NATS and confirms with one flush.

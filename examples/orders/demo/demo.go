@@ -468,7 +468,7 @@ func (d *run) drive(ctx context.Context) error {
 
 	// Every event is delivered or dead.
 	d.phase.Store("draining")
-	if err := d.waitFor(ctx, "every event to be delivered or dead-lettered", func(t deadletter.Totals) bool { return t.Pending == 0 }); err != nil {
+	if err := d.waitFor(ctx, "every event to be delivered or dead-lettered", func(t deadletter.Totals) bool { return t.Undelivered() == 0 }); err != nil {
 		return err
 	}
 	totals, err := d.dead.Totals(ctx)
@@ -486,7 +486,7 @@ func (d *run) drive(ctx context.Context) error {
 	}
 	d.replayed = res.Count
 	if err := d.waitFor(ctx, "the replayed events to be delivered", func(t deadletter.Totals) bool {
-		return t.Pending == 0 && t.Dead == 0 && d.allArrived()
+		return t.Undelivered() == 0 && t.Dead == 0 && d.allArrived()
 	}); err != nil {
 		return err
 	}
@@ -589,7 +589,7 @@ func (d *run) waitFor(ctx context.Context, what string, done func(deadletter.Tot
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s (%d pending, %d dead): %w", what, t.Pending, t.Dead, ctx.Err())
+			return fmt.Errorf("waiting for %s (%d pending, %d queued, %d dead): %w", what, t.Pending, t.Queued, t.Dead, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -72,7 +72,8 @@ type Summary struct {
 	// the replay made pending again.
 	DeadLettered int64 `json:"dead_lettered"`
 	Replayed     int64 `json:"replayed"`
-	// PendingLeft and DeadLeft are what the outbox holds at the end.
+	// PendingLeft and DeadLeft are what the outbox and its queues hold at
+	// the end: events not delivered yet, and dead letters.
 	PendingLeft int64 `json:"pending_left"`
 	DeadLeft    int64 `json:"dead_left"`
 	// NATSStored is how many messages the JetStream stream holds.
@@ -169,7 +170,7 @@ func (d *run) summary(ctx context.Context) (*Summary, error) {
 		WebhookRefused:     d.hook.refused.Load(),
 		DeadLettered:       d.deadLettered,
 		Replayed:           d.replayed,
-		PendingLeft:        totals.Pending,
+		PendingLeft:        totals.Undelivered(),
 		DeadLeft:           totals.Dead,
 		NATSStored:         stored,
 	}
@@ -300,7 +301,7 @@ func (d *run) printProgress(ctx context.Context) {
 	}
 	line += fmt.Sprintf(" | webhook 503×%d 400×%d", d.hook.unavailable.Load(), d.hook.refused.Load())
 	if t, err := d.dead.Totals(ctx); err == nil {
-		line += fmt.Sprintf(" | pending %d dead %d", t.Pending, t.Dead)
+		line += fmt.Sprintf(" | pending %d dead %d", t.Undelivered(), t.Dead)
 	}
 	phase, _ := d.phase.Load().(string)
 	line += " | " + phase

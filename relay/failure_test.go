@@ -1,0 +1,524 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/relay/deadletter"
+	"github.com/heraldhq/herald/sinks"
+)
+
+// The failure path's regression tests: each reproduces a way the earlier
+// design (a hold per waiting event, copied from its head's retry time)
+// stranded, churned, slowed or reordered events.
+
+// TestReplayReleasesEveryFollower: with stop_key_on_dead_letter and three
+// sinks, E1 (good+bad) dies on bad and stops key k there; E2
+// (good+bad+flaky) waits behind it on bad while it keeps failing on flaky;
+// E3 (good+bad) waits on bad too. Replaying E1 while E2 still fails on flaky
+// must let E1, E2 and E3 reach bad in order, and E2 reach flaky once it
+// heals. The earlier design left E3 parked at 'infinity' for good.
+func TestReplayReleasesEveryFollower(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var badDown, flakyDown atomic.Bool
+	badDown.Store(true)
+	flakyDown.Store(true)
+	good := &testSink{name: "good", rec: b.rec}
+	bad := &testSink{name: "bad", rec: b.rec, fail: func(e sinks.Event) error {
+		if badDown.Load() {
+			return sinks.Permanent(errors.New("HTTP 400"))
+		}
+		return nil
+	}}
+	flaky := &testSink{name: "flaky", rec: b.rec, fail: func(e sinks.Event) error {
+		if flakyDown.Load() {
+			return errors.New("HTTP 500")
+		}
+		return nil
+	}}
+	cfg := b.config(t)
+	cfg.StopKeyOnDeadLetter = true
+	cfg.MaxAttempts = 1000
+	cfg.Routes = []Route{
+		{Topics: []string{"a"}, Targets: []Target{{Sink: good}, {Sink: bad}, {Sink: flaky}}},
+		{Topics: []string{"b"}, Targets: []Target{{Sink: good}, {Sink: bad}}},
+	}
+	seqs := b.insert(t, ev{topic: "b", key: "k"}, ev{topic: "a", key: "k"}, ev{topic: "b", key: "k"})
+	b.start(t, cfg)
+	waitFor(t, 10*time.Second, "E1 dead on bad, E2 and E3 waiting behind it", func() bool {
+		return b.countDeliveries(t, "sink = 'bad' AND state = 'dead' AND stops_key") == 1 &&
+			b.countDeliveries(t, "sink = 'bad' AND state = 'waiting'") == 2 &&
+			b.countDeliveries(t, "sink = 'flaky' AND state = 'ready' AND attempts > 0") == 1
+	})
+	badDown.Store(false)
+	store, err := deadletter.New(b.pool, b.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := store.Replay(ctx, deadletter.Filter{Sink: "bad"}, deadletter.ReplayOpts{}); err != nil || res.Count != 1 {
+		t.Fatalf("Replay = %+v, %v", res, err)
+	}
+	waitFor(t, 10*time.Second, "E1, E2, E3 delivered to bad", func() bool { return len(b.rec.forSink("bad")) == 3 })
+	flakyDown.Store(false)
+	waitFor(t, 10*time.Second, "E2 delivered to flaky", func() bool { return len(b.rec.forSink("flaky")) == 1 })
+	waitFor(t, 10*time.Second, "outbox and queues empty", func() bool {
+		return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
+	})
+	got := b.rec.all()
+	checkKeyOrder(t, got)
+	exactlyOnce(t, got, "bad", seqs)
+	exactlyOnce(t, got, "good", seqs)
+	exactlyOnce(t, got, "flaky", seqs[1:2])
+}
+
+// writeCounter counts, by trigger, every row written to the outbox and
+// deliveries tables from the moment it is installed: exact, unlike the
+// statistics views, which are flushed when a backend feels like it.
+type writeCounter struct {
+	b *testBundle
+}
+
+func countWrites(t *testing.T, b *testBundle) *writeCounter {
+	t.Helper()
+	schema := b.tables.Schema
+	stmts := []string{
+		fmt.Sprintf(`CREATE TABLE %q.row_writes (tbl text, op text, n bigint, PRIMARY KEY (tbl, op))`, schema),
+		fmt.Sprintf(`CREATE FUNCTION %q.count_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO %q.row_writes VALUES (TG_TABLE_NAME, TG_OP, 1)
+    ON CONFLICT (tbl, op) DO UPDATE SET n = row_writes.n + 1;
+    RETURN NULL;
+END $$`, schema, schema),
+	}
+	for _, tbl := range []string{b.tables.Outbox(), b.tables.Deliveries()} {
+		stmts = append(stmts, fmt.Sprintf(`CREATE TRIGGER count_writes AFTER INSERT OR UPDATE OR DELETE ON %s
+FOR EACH ROW EXECUTE FUNCTION %q.count_write()`, tbl, schema))
+	}
+	for _, s := range stmts {
+		if _, err := b.pool.Exec(context.Background(), s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	return &writeCounter{b: b}
+}
+
+// total returns the row writes counted so far, excluding inserts into the
+// outbox (the events themselves), and a summary.
+func (c *writeCounter) total(t *testing.T) (int64, string) {
+	t.Helper()
+	var n int64
+	var summary string
+	err := c.b.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT
+    coalesce(sum(n) FILTER (WHERE NOT (tbl = 'outbox' AND op = 'INSERT')), 0),
+    coalesce(string_agg(tbl || ' ' || op || ' ' || n, ', ' ORDER BY tbl, op), '')
+FROM %q.row_writes`, c.b.tables.Schema)).Scan(&n, &summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, summary
+}
+
+// TestSinkDownWritesNothingWhileDown: while a sink is down, its events cost
+// one delivery each, written once; probing the sink writes nothing, however
+// long the outage, and the backlog is not re-dated when it comes back. The
+// earlier design rewrote every waiting row (and its hold) each pause period.
+func TestSinkDownWritesNothingWhileDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	writes := countWrites(t, b)
+	var down atomic.Bool
+	down.Store(true)
+	var probes atomic.Int64
+	good := &testSink{name: "good", rec: b.rec}
+	downSink := &testSink{name: "down", rec: b.rec, fail: func(e sinks.Event) error {
+		if down.Load() {
+			return sinks.Unavailable(errors.New("dial tcp: connection refused"))
+		}
+		return nil
+	}}
+	cfg := b.config(t, good, downSink)
+	cfg.SinkPause = Backoff{Initial: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: -1}
+	const events = 2000
+	evs := make([]ev, events)
+	for i := range evs {
+		evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%200)}
+	}
+	seqs := b.insert(t, evs...)
+	cfg.Observer = probeCounter{sink: "down", n: &probes}
+	b.start(t, cfg)
+	waitFor(t, 20*time.Second, "the healthy sink to get every event and the backlog to be queued", func() bool {
+		return len(b.rec.forSink("good")) == events && b.count(t, "true") == 0
+	})
+	during, summary := writes.total(t)
+	if during > 2*events {
+		t.Fatalf("%d row writes to queue %d events for a sink that is down (%s), want at most 2 per event", during, events, summary)
+	}
+	// Each probe of the down sink is a claim and a Publish call; none may
+	// write.
+	seen := probes.Load()
+	waitFor(t, 20*time.Second, "ten more probes of the down sink", func() bool { return probes.Load() >= seen+10 })
+	if after, summary := writes.total(t); after != during {
+		t.Fatalf("%d row writes while the sink stayed down, want none (%s)", after-during, summary)
+	}
+	down.Store(false)
+	waitFor(t, 20*time.Second, "the down sink to catch up", func() bool {
+		return len(b.rec.forSink("down")) >= events && b.countDeliveries(t, "true") == 0
+	})
+	total, summary := writes.total(t)
+	if total > 3*events {
+		t.Fatalf("%d row writes for %d events through an outage (%s), want at most 3 per event", total, events, summary)
+	}
+	t.Logf("row writes through the outage: %s (%.2f per event)", summary, float64(total)/events)
+	got := b.rec.all()
+	exactlyOnce(t, got, "good", seqs)
+	exactlyOnce(t, got, "down", seqs)
+	checkKeyOrder(t, got)
+}
+
+// probeCounter counts the Publish calls to one sink.
+type probeCounter struct {
+	NopObserver
+	sink string
+	n    *atomic.Int64
+}
+
+func (p probeCounter) SinkPublish(sink string, _ int, _ time.Duration) {
+	if sink == p.sink {
+		p.n.Add(1)
+	}
+}
+
+// TestHotKeyClaimIsLinear: a key with a thousand events, all behind a
+// failing head on three sinks, costs the claim one probe of the head index
+// per event, not a scan of the key's queue per event (the earlier hold
+// lookup was quadratic: 1.46 s per claim). And a dead letter that does not
+// stop its key leaves the claim's lookups off.
+func TestHotKeyClaimIsLinear(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	s := newStore(b.pool, b.tables, "plan-test")
+	explain := func() string {
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		return queryPlan(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.claimSQL, int64(-1), 1000, 0, 63, []int64{})
+	}
+	// inQueue moves the outbox rows of key into deliveries on sinks, in
+	// state (ready or dead).
+	inQueue := func(key, state string, sinkNames ...string) {
+		for _, sink := range sinkNames {
+			if _, err := b.pool.Exec(ctx, `INSERT INTO `+b.tables.Deliveries()+` (sink, seq, lane, id, topic, key, created_at, state, next_at, dead_at)
+SELECT $1, seq, hashtext(key) & 63, id, topic, key, created_at, $3,
+       CASE WHEN $3 = 'ready' THEN now() + interval '1 hour' END, CASE WHEN $3 = 'dead' THEN now() END
+FROM `+b.tables.Outbox()+` WHERE key = $2`, sink, key, state); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.pool.Exec(ctx, `DELETE FROM `+b.tables.Outbox()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := make([]ev, 1000)
+
+	// A dead letter that does not stop its key is no queue.
+	b.insert(t, ev{topic: "t", key: "cold"})
+	inQueue("cold", "dead", "a")
+	for i := range evs {
+		evs[i] = ev{topic: "t", key: "cold"}
+	}
+	b.insert(t, evs...)
+	if plan := explain(); strings.Contains(plan, "key = c.key") && !strings.Contains(plan, "never executed") {
+		t.Fatalf("a dead letter that does not stop its key turned the queue lookups on:\n%s", plan)
+	}
+	if _, err := b.pool.Exec(ctx, `DELETE FROM `+b.tables.Outbox()); err != nil {
+		t.Fatal(err)
+	}
+
+	// A head on each of three sinks for key "hot".
+	b.insert(t, ev{topic: "t", key: "hot"})
+	inQueue("hot", "ready", "a", "b", "c")
+	for i := range evs {
+		evs[i] = ev{topic: "t", key: "hot"}
+	}
+	b.insert(t, evs...)
+	plan := explain()
+	// The lookup node: rows it read, over all its loops.
+	read := 0
+	for _, line := range strings.Split(plan, "\n") {
+		if strings.Contains(line, "head_idx") && strings.Contains(line, "actual rows=") && strings.Contains(line, "loops=") {
+			var rows, loops int
+			if _, err := fmt.Sscanf(line[strings.Index(line, "actual rows="):], "actual rows=%d loops=%d", &rows, &loops); err == nil {
+				read += rows * loops
+			}
+		}
+	}
+	if read == 0 || read > 3*1000+10 {
+		t.Fatalf("the claim read %d head index entries for 1,000 events of one key queued on 3 sinks, want about 3,000:\n%s", read, plan)
+	}
+}
+
+// TestLockedHeadIsNotOvertaken: a pending row that another transaction
+// holds locked (an operator's UPDATE left open) is still claimed and sent in
+// its place, before the next event of its key; its row stays until the lock
+// goes, and it is sent again then. FOR UPDATE SKIP LOCKED skipped it, and
+// the follower went first. The claim itself locks and writes nothing.
+func TestLockedHeadIsNotOvertaken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
+
+	s := newStore(b.pool, b.tables, "no-writes")
+	if _, _, err := s.refreshLanes(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := s.claim(ctx, ^uint64(0), 10, []string{""}, nil); err != nil || len(got) != 2 {
+		t.Fatalf("claimed %d rows: %v", len(got), err)
+	}
+	if n := b.count(t, "xmax <> 0"); n != 0 {
+		t.Fatalf("the claim locked %d rows", n)
+	}
+	if err := s.releaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+b.tables.Outbox()+" WHERE seq = $1 FOR UPDATE", seqs[0]); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, b.config(t, &testSink{name: "mem", rec: b.rec}))
+	waitFor(t, 10*time.Second, "both sent", func() bool { return len(b.rec.all()) >= 2 })
+	if got := seqsInOrder(b.rec.all()); got[0] != seqs[0] || got[1] != seqs[1] {
+		t.Fatalf("key k delivered as %v, want %v first", got, seqs)
+	}
+	waitFor(t, 10*time.Second, "the follower's row removed, the locked one kept", func() bool {
+		return b.count(t, "true") == 1 && b.count(t, fmt.Sprintf("seq = %d", seqs[0])) == 1
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the locked row sent again and removed", func() bool { return b.count(t, "true") == 0 })
+	checkKeyOrder(t, b.rec.all())
+}
+
+// naiveSink delivers every event it can, ignoring that an earlier event of
+// the same key failed in the same call (as stdout does).
+type naiveSink struct {
+	testSink
+}
+
+func (s *naiveSink) Publish(ctx context.Context, events []sinks.Event) []error {
+	errs := make([]error, len(events))
+	for i, e := range events {
+		if err := s.fail(e); err != nil {
+			errs[i] = err
+			continue
+		}
+		s.rec.mu.Lock()
+		s.rec.got = append(s.rec.got, received{sink: s.name, id: e.ID, key: e.Key, seq: e.Seq, attempt: e.Attempt, at: time.Now()})
+		s.rec.mu.Unlock()
+	}
+	return errs
+}
+
+// TestRelayHoldsBackAKeyWhateverTheSinkReports: a sink delivers E2 after E1
+// of the same key failed in the same call. The relay decides what that
+// failure means: E2 waits behind E1 and is sent again after it, so the
+// last word the sink hears about key k is in order. The earlier design left
+// that rule to each sink and recorded E2 as done.
+func TestRelayHoldsBackAKeyWhateverTheSinkReports(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var failed atomic.Bool
+	var firstSeq atomic.Int64
+	sink := &naiveSink{testSink{name: "naive", rec: b.rec}}
+	sink.fail = func(e sinks.Event) error {
+		if e.Seq == firstSeq.Load() && !failed.Swap(true) {
+			return errBoom
+		}
+		return nil
+	}
+	seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
+	firstSeq.Store(seqs[0])
+	b.start(t, b.config(t, sink))
+	waitFor(t, 10*time.Second, "E1 delivered and E2 delivered after it", func() bool {
+		got := seqsInOrder(b.rec.all())
+		return len(got) == 3 && got[1] == seqs[0] && got[2] == seqs[1]
+	})
+	waitFor(t, 5*time.Second, "outbox and queue empty", func() bool {
+		return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
+	})
+}
+
+// TestUnroutedSinkDeadLettersItsDeliveries: deliveries waiting for a sink
+// that the event's route no longer names, or that no route names at all,
+// become dead letters saying so; they are never marked delivered.
+func TestUnroutedSinkDeadLettersItsDeliveries(t *testing.T) {
+	t.Parallel()
+	for name, routes := range map[string]func(up, other sinks.Sink) []Route{
+		"sink removed from the route": func(up, other sinks.Sink) []Route {
+			return []Route{{Topics: []string{"t"}, Targets: []Target{{Sink: up}}},
+				{Topics: []string{"other"}, Targets: []Target{{Sink: other}}}}
+		},
+		"sink removed from every route": func(up, _ sinks.Sink) []Route {
+			return []Route{{Topics: []string{"t"}, Targets: []Target{{Sink: up}}}}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			up := &testSink{name: "up", rec: b.rec}
+			flaky := &testSink{name: "flaky", rec: b.rec, fail: func(sinks.Event) error { return errBoom }}
+			cfg := b.config(t, up, flaky)
+			cfg.Backoff = Backoff{Initial: time.Hour, Max: time.Hour}
+			seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"}, ev{topic: "t"})
+			stop := b.start(t, cfg)
+			waitFor(t, 10*time.Second, "the events waiting for flaky", func() bool {
+				return b.countDeliveries(t, "sink = 'flaky' AND state <> 'dead'") == 3
+			})
+			stop()
+
+			cfg.Routes = routes(up, &testSink{name: "flaky", rec: b.rec})
+			cfg.Backoff = Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
+			if _, err := b.pool.Exec(context.Background(), "UPDATE "+b.tables.Deliveries()+" SET next_at = now() WHERE state = 'ready'"); err != nil {
+				t.Fatal(err)
+			}
+			b.start(t, cfg)
+			waitFor(t, 15*time.Second, "every waiting delivery dead-lettered", func() bool {
+				return b.countDeliveries(t, "sink = 'flaky' AND state = 'dead' AND last_error LIKE 'sink no longer routed%'") == 3
+			})
+			if n := len(b.rec.forSink("flaky")); n != 0 {
+				t.Fatalf("flaky received %d events after it left the route", n)
+			}
+			exactlyOnce(t, b.rec.all(), "up", seqs)
+		})
+	}
+}
+
+// TestStopKeyCoversEventsDeadBeforeAnySink: under stop_key_on_dead_letter,
+// an event that matched no route, or whose row cannot be read, stops its
+// key like one a sink refused: later events of the key wait until an
+// operator replays or purges it.
+func TestStopKeyCoversEventsDeadBeforeAnySink(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+	cfg.StopKeyOnDeadLetter = true
+	cfg.Routes[0].Topics = []string{"orders.*"}
+	seqs := b.insert(t, ev{topic: "nowhere", key: "k"}, ev{topic: "orders.paid", key: "k"}, ev{topic: "orders.paid", key: "j"})
+	b.start(t, cfg)
+	waitFor(t, 10*time.Second, "key j delivered, key k's event waiting behind the unroutable one", func() bool {
+		return len(b.rec.all()) == 1 && b.countDeliveries(t, "sink = '' AND state = 'waiting'") == 1 &&
+			b.countDeliveries(t, "sink = '' AND state = 'dead' AND stops_key") == 1
+	})
+	if got := b.rec.all()[0].seq; got != seqs[2] {
+		t.Fatalf("delivered seq %d, want key j's %d", got, seqs[2])
+	}
+	store, err := deadletter.New(b.pool, b.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := store.Purge(ctx, deadletter.Filter{Key: "k"}, deadletter.PurgeOpts{}); err != nil || res.Count != 1 {
+		t.Fatalf("Purge = %+v, %v", res, err)
+	}
+	waitFor(t, 10*time.Second, "key k's event delivered once the dead letter is purged", func() bool { return len(b.rec.all()) == 2 })
+	exactlyOnce(t, b.rec.all(), "mem", seqs[1:])
+}
+
+// TestOwnerNameInUseIsRefused: two relays given one owner name would share
+// lanes and publish a key's events at once; the second refuses to start.
+func TestOwnerNameInUseIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+	cfg.Owner = "replica"
+	cfg.Workers = 1
+	b.start(t, cfg)
+	waitFor(t, 10*time.Second, "the first relay's heartbeat", func() bool {
+		var n int
+		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.tables.Relays()+" WHERE owner = 'replica'").Scan(&n)
+		return n == 1
+	})
+	second, err := New(b.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = second.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `relay.owner: a relay named "replica" is already running`) {
+		t.Fatalf("second relay with the same owner: Run = %v", err)
+	}
+}
+
+// TestPublishEndsWithTheLanesLease: a publish is bounded by the lanes'
+// lease as well as by publish_timeout, and a batch whose lease ran out while
+// it was published is not recorded: its lanes may have a new owner, which
+// delivers those events again.
+func TestPublishEndsWithTheLanesLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	deadline := make(chan time.Time, 1)
+	sink := &blockingSink{name: "slow", deadline: deadline}
+	cfg := b.config(t, sink)
+	cfg.Lease = 10 * time.Second
+	cfg.PublishTimeout = 5 * time.Second
+	r, err := New(b.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := r.workers[0]
+	if err := w.refreshLanes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.insert(t, ev{topic: "t", key: "k"})
+	w.lanesExpire = time.Now().Add(300 * time.Millisecond)
+	_, err = w.cycle(ctx)
+	if got := <-deadline; !got.Equal(w.lanesExpire) {
+		t.Fatalf("publish deadline %v, want the lanes' expiry %v", got, w.lanesExpire)
+	}
+	if err == nil || !strings.Contains(err.Error(), "lease ran out") {
+		t.Fatalf("cycle = %v, want the batch left unrecorded", err)
+	}
+	if n := b.count(t, "true"); n != 1 {
+		t.Fatalf("%d rows left, want the unrecorded event still pending", n)
+	}
+	if err := w.store.releaseAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// blockingSink blocks each Publish until its context ends and reports the
+// context's deadline.
+type blockingSink struct {
+	name     string
+	deadline chan time.Time
+}
+
+func (s *blockingSink) Name() string { return s.name }
+
+func (s *blockingSink) Publish(ctx context.Context, events []sinks.Event) []error {
+	d, _ := ctx.Deadline()
+	select {
+	case s.deadline <- d:
+	default:
+	}
+	<-ctx.Done()
+	return sinks.Fill(len(events), ctx.Err())
+}
+
+func (s *blockingSink) Close(context.Context) error { return nil }

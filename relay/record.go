@@ -1,0 +1,175 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// deliveryRows are deliveries to insert or update, as parallel arrays (the
+// parameters $2 to $8 of the statements that write them).
+type deliveryRows struct {
+	seqs       []int64
+	sinks      []string
+	states     []string
+	stops      []bool
+	attempts   []int32
+	nextAt     []pgtype.Timestamptz // NULL: now
+	lastErrors []pgtype.Text
+}
+
+func (d *deliveryRows) add(seq int64, sink, state string, stops bool, attempts int, next time.Time, err error) {
+	d.seqs = append(d.seqs, seq)
+	d.sinks = append(d.sinks, sink)
+	d.states = append(d.states, state)
+	d.stops = append(d.stops, stops)
+	d.attempts = append(d.attempts, int32(min(attempts, maxAttempts)))
+	d.nextAt = append(d.nextAt, pgtype.Timestamptz{Time: next, Valid: !next.IsZero()})
+	d.lastErrors = append(d.lastErrors, storedError(err))
+}
+
+func (d *deliveryRows) args(owner string) []any {
+	return []any{owner, d.seqs, d.sinks, d.states, d.stops, d.attempts, d.nextAt, d.lastErrors}
+}
+
+// maxAttempts bounds an attempts count: the column is an integer.
+const maxAttempts = 1<<31 - 1
+
+// maxErrorBytes bounds an error text stored in a delivery.
+const maxErrorBytes = 2048
+
+// storedError is err's text as a delivery stores it: valid UTF-8, without
+// NUL (PostgreSQL refuses both in text), at most maxErrorBytes. Error texts
+// carry what peers answered, and a peer's bytes are anything.
+func storedError(err error) pgtype.Text {
+	if err == nil {
+		return pgtype.Text{}
+	}
+	msg := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	msg = strings.ReplaceAll(msg, "\x00", "\uFFFD")
+	if len(msg) > maxErrorBytes {
+		cut := maxErrorBytes
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
+	}
+	return pgtype.Text{String: msg, Valid: true}
+}
+
+// outcome is what recording a batch writes.
+type outcome struct {
+	// outboxSeqs are the batch's outbox rows, outboxKeys their keys: every
+	// one leaves the outbox (deleted, or kept as done with a retention
+	// period).
+	outboxSeqs []int64
+	outboxKeys []pgtype.Text
+	// Deliveries inserted for outbox rows and for routed deliveries of the
+	// routing step, copied from them.
+	fromOutbox, fromRouting deliveryRows
+	// Claimed deliveries delivered, or routed from the routing step: removed.
+	deleteSinks []string
+	deleteSeqs  []int64
+	// Claimed deliveries' new states: those that stop being a head
+	// (demote), then those that become or stay one (heads).
+	demote, heads deliveryRows
+	// (key, sink) pairs whose queue may have lost its head.
+	promoteKeys, promoteSinks []string
+}
+
+// insert adds a new delivery of it on sink.
+func (o *outcome) insert(it *item, sink, state string, stops bool, attempts int, next time.Time, err error) {
+	rows := &o.fromOutbox
+	if it.delivery {
+		rows = &o.fromRouting
+	}
+	rows.add(it.seq, sink, state, stops, attempts, next, err)
+}
+
+func (o *outcome) delete(sink string, seq int64) {
+	o.deleteSinks = append(o.deleteSinks, sink)
+	o.deleteSeqs = append(o.deleteSeqs, seq)
+}
+
+// happy reports whether the batch only removes outbox rows: every sink
+// took every event, and no delivery was claimed.
+func (o *outcome) happy() bool {
+	return len(o.fromOutbox.seqs) == 0 && len(o.fromRouting.seqs) == 0 && len(o.deleteSeqs) == 0 &&
+		len(o.demote.seqs) == 0 && len(o.heads.seqs) == 0 && len(o.promoteKeys) == 0
+}
+
+// record writes a batch's outcome in one round trip and one transaction,
+// fenced by lane: rows of lanes this relay lost are left to their new owner.
+// It returns the outbox rows it left in place because another transaction
+// holds them locked.
+func (s *store) record(ctx context.Context, o *outcome, keepDone bool) (left []int64, err error) {
+	if o.happy() {
+		if len(o.outboxSeqs) == 0 {
+			return nil, nil
+		}
+		sql := s.deleteSQL
+		if keepDone {
+			sql = s.markDoneSQL
+		}
+		tag, err := s.pool.Exec(ctx, sql, s.owner, o.outboxSeqs)
+		if err != nil {
+			return nil, fmt.Errorf("recording %d delivered events: %w", len(o.outboxSeqs), err)
+		}
+		if tag.RowsAffected() < int64(len(o.outboxSeqs)) {
+			return s.left(ctx, o.outboxSeqs)
+		}
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	var gone int64
+	if len(o.outboxSeqs) > 0 {
+		sql := s.fanOutSQL
+		if keepDone {
+			sql = s.fanOutKeepSQL
+		}
+		b.Queue(sql, append(o.fromOutbox.args(s.owner), o.outboxSeqs, o.outboxKeys)...).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&gone)
+		})
+	}
+	if len(o.fromRouting.seqs) > 0 {
+		b.Queue(s.rerouteSQL, o.fromRouting.args(s.owner)...)
+	}
+	if len(o.deleteSeqs) > 0 {
+		b.Queue(s.deleteDeliveriesSQL, s.owner, o.deleteSinks, o.deleteSeqs)
+	}
+	if len(o.demote.seqs) > 0 {
+		b.Queue(s.demoteSQL, o.demote.args(s.owner)...)
+	}
+	if len(o.heads.seqs) > 0 {
+		b.Queue(s.headsSQL, o.heads.args(s.owner)...)
+	}
+	if len(o.promoteKeys) > 0 {
+		b.Queue(s.promoteSQL, o.promoteKeys, o.promoteSinks, s.owner)
+	}
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		n := len(o.outboxSeqs) + len(o.deleteSeqs) + len(o.demote.seqs) + len(o.heads.seqs)
+		return nil, fmt.Errorf("recording the outcome of %d events and deliveries: %w", n, err)
+	}
+	if gone < int64(len(o.outboxSeqs)) {
+		return s.left(ctx, o.outboxSeqs)
+	}
+	return nil, nil
+}
+
+// left returns which of seqs are still pending outbox rows after a record.
+func (s *store) left(ctx context.Context, seqs []int64) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, s.leftSQL, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("finding events left in the outbox: %w", err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("finding events left in the outbox: %w", err)
+	}
+	return left, nil
+}
