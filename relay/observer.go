@@ -12,7 +12,8 @@ type Observer interface {
 	Published(sink, topic string, latency time.Duration)
 	// Failed reports a failed delivery; outcome is "retry", "dead" or "paused".
 	Failed(sink, topic, outcome string)
-	// DeadLettered reports an event moved to dead letter.
+	// DeadLettered reports a dead letter: an event dead on one sink (or on
+	// the routing step, when no route matched or it could not be read).
 	DeadLettered(topic string)
 	// SinkPaused reports a sink being paused (true) or resumed (false).
 	SinkPaused(sink string, paused bool)

@@ -107,7 +107,9 @@ func (s *setup) run(ctx context.Context) error {
 // retrying cannot fix (authentication refused, no such database) end it with
 // an error. It returns a nil pool when ctx ends first.
 func (s *setup) connectRetrying(ctx context.Context) (*pgxpool.Pool, error) {
-	pool, err := s.newPool(ctx, relay.ConfigurePool)
+	// The relay's pool is its own: sized for its loops, with the session
+	// settings of relay.ConfigurePool.
+	pool, err := s.newPool(ctx, relay.ConfigurePool, func(c *pgxpool.Config) { c.MaxConns = s.file.MaxConns() })
 	if err != nil {
 		return nil, err
 	}

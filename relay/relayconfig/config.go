@@ -48,6 +48,9 @@ type Database struct {
 	Schema string `yaml:"schema"`
 	// Table is the outbox table's name. Defaults to outbox.
 	Table string `yaml:"table"`
+	// MaxConns is the size of the relay's own connection pool. Defaults to
+	// relay.PoolSize of the relay's workers (workers + 3).
+	MaxConns int32 `yaml:"max_conns"`
 }
 
 // Relay is the relay section; each key maps to the relay.Config field of the
@@ -217,6 +220,9 @@ func parse(data []byte, env func(string) (string, bool)) (*File, error) {
 	}
 	if err := f.Tables().Validate(); err != nil {
 		return nil, err
+	}
+	if f.Database.MaxConns < 0 || f.Database.MaxConns > 1000 {
+		return nil, fmt.Errorf("database.max_conns: must be between 1 and 1000, got %d", f.Database.MaxConns)
 	}
 	if err := f.Log.validate(); err != nil {
 		return nil, err
@@ -452,6 +458,15 @@ func (f *File) relayConfig(byName map[string]sinks.Sink) relay.Config {
 // DatabaseURL returns the connection string (DATABASE_URL when set). Print
 // it only through RedactURL.
 func (f *File) DatabaseURL() string { return f.Database.URL.Reveal() }
+
+// MaxConns returns the size of the relay's connection pool: database.max_conns,
+// or relay.PoolSize of its workers.
+func (f *File) MaxConns() int32 {
+	if f.Database.MaxConns > 0 {
+		return f.Database.MaxConns
+	}
+	return relay.PoolSize(relay.Config{Workers: f.Relay.Workers}.WithDefaults().Workers)
+}
 
 // Tables returns the outbox tables named by the database section, defaults
 // filled in.

@@ -22,6 +22,7 @@ database:
   url: postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   schema: public
   table: outbox
+  max_conns: 12
 relay:
   batch_size: 250
   lease: 20s
@@ -99,6 +100,9 @@ func TestParseValid(t *testing.T) {
 	if tb := f.Tables(); tb.Schema != "public" || tb.Table != "outbox" {
 		t.Errorf("Tables() = %+v", tb)
 	}
+	if n := f.MaxConns(); n != 12 {
+		t.Errorf("MaxConns() = %d, want database.max_conns 12", n)
+	}
 	if f.Log.Level != "debug" || f.Log.Format != "json" {
 		t.Errorf("Log = %+v", f.Log)
 	}
@@ -126,6 +130,9 @@ routes: [{topics: ["*"], sinks: [console]}]
 	if tb := f.Tables(); tb.Schema != "public" || tb.Table != "outbox" {
 		t.Errorf("Tables() = %+v, want public.outbox", tb)
 	}
+	if n := f.MaxConns(); n != relay.PoolSize(2) {
+		t.Errorf("MaxConns() = %d, want %d for the default two workers", n, relay.PoolSize(2))
+	}
 	if f.Log.Level != "info" || f.Log.Format != "text" {
 		t.Errorf("Log = %+v, want info/text", f.Log)
 	}
@@ -148,7 +155,7 @@ func TestParseErrors(t *testing.T) {
 		env  map[string]string
 		want []string // substrings of the error
 	}{
-		{"unknown relay key", edit(t, "batch_size: 250", "bach_size: 250"), nil, []string{"relay.bach_size: unknown key", "line 7"}},
+		{"unknown relay key", edit(t, "batch_size: 250", "bach_size: 250"), nil, []string{"relay.bach_size: unknown key", "line 8"}},
 		{"unknown top-level key", edit(t, "database:", "databse:"), nil, []string{"databse: unknown key"}},
 		{"unknown nested key", edit(t, "sink_pause: {initial: 1s", "sink_pause: {inital: 1s"), nil, []string{"relay.sink_pause.inital: unknown key"}},
 		{"duplicate key", edit(t, "lease: 20s", "lease: 20s\n  lease: 10s"), nil, []string{"relay.lease: duplicate key"}},
@@ -160,6 +167,8 @@ func TestParseErrors(t *testing.T) {
 		{"section not a mapping", edit(t, "log: {level: debug, format: json}", "log: debug"), nil, []string{`log: expected a mapping`}},
 		{"batch size out of range", edit(t, "batch_size: 250", "batch_size: 20000"), nil, []string{"relay.batch_size: must be between 1 and 10000"}},
 		{"publish timeout over lease", edit(t, "publish_timeout: 5s", "publish_timeout: 25s"), nil, []string{"relay.publish_timeout"}},
+		{"publish timeout over half the lease", edit(t, "publish_timeout: 5s", "publish_timeout: 11s"), nil, []string{"relay.publish_timeout: must be positive and at most half of relay.lease (10s)"}},
+		{"max conns negative", edit(t, "max_conns: 12", "max_conns: -1"), nil, []string{"database.max_conns: must be between 1 and 1000"}},
 		{"backoff max below initial", edit(t, "backoff: {initial: 2s, max: 5m", "backoff: {initial: 2s, max: 1s"), nil, []string{"relay.backoff.max"}},
 		{"jitter out of range", edit(t, "jitter: 0}", "jitter: 1.5}"), nil, []string{"relay.backoff.jitter"}},
 		{"negative retention", edit(t, "retention: 1h", "retention: -1h"), nil, []string{"relay.retention"}},

@@ -133,6 +133,9 @@ func TestConformance(t *testing.T) {
 		Payload: func(i int, key string) []byte {
 			return order(fmt.Sprintf("user%d@example.com", i), map[string]any{"subject": fmt.Sprintf("Order %d (%s)", i, key)})
 		},
+		Refused: func(destination, key string) sinks.Event {
+			return sinktest.Event(destination, key, []byte(`{"subject": "an order with no recipient"}`))
+		},
 		Features: sinktest.Features{Keys: true},
 	})
 }

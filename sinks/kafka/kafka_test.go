@@ -178,6 +178,9 @@ func TestConformance(t *testing.T) {
 			}
 			return out
 		},
+		Refused: func(destination, key string) sinks.Event {
+			return sinktest.Oversized(destination, key, 2*DefaultMaxMessageBytes)
+		},
 		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
 	})
 }

@@ -100,6 +100,9 @@ func TestConformance(t *testing.T) {
 			}
 			return out
 		},
+		Refused: func(destination, key string) sinks.Event {
+			return sinktest.Oversized(destination, key, 2<<20) // over the server's max_payload
+		},
 		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
 	})
 }

@@ -51,7 +51,12 @@ type Harness struct {
 	Received func(t *testing.T, destination string) []Received
 	// Payload optionally rewrites a JSON payload before publishing, for sinks
 	// that need particular fields (the email sink's recipient and subject).
-	Payload  func(i int, key string) []byte
+	Payload func(i int, key string) []byte
+	// Refused optionally returns an event of key the sink must refuse for
+	// good before or when the peer sees it (too large, no recipient…); the
+	// suite then checks that a batch's results are per event: that one
+	// permanent, the others truthful.
+	Refused  func(destination, key string) sinks.Event
 	Features Features
 	// Timeout bounds each wait for the peer. Defaults to 10 seconds.
 	Timeout time.Duration
@@ -64,6 +69,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	t.Run("DeliversBatchInKeyOrder", func(t *testing.T) { deliversBatchInKeyOrder(t, h) })
 	t.Run("OneResultPerEvent", func(t *testing.T) { oneResultPerEvent(t, h) })
+	if h.Refused != nil {
+		t.Run("ReportsEachEvent", func(t *testing.T) { reportsEachEvent(t, h) })
+	}
 	t.Run("CarriesIDHeadersAndKey", func(t *testing.T) { carriesMetadata(t, h) })
 	if h.Features.Binary {
 		t.Run("BinaryPayload", func(t *testing.T) { binaryPayload(t, h) })
@@ -76,6 +84,17 @@ func Event(destination, key string, payload []byte) sinks.Event {
 	id := uuid.Must(uuid.NewV7()).String()
 	return sinks.Event{ID: id, Topic: destination, Destination: destination, Key: key,
 		Payload: payload, ContentType: sinks.ContentTypeJSON, CreatedAt: time.Now(), Attempt: 1}
+}
+
+// Oversized returns a test event whose JSON payload is size bytes long (a
+// string), for sinks that refuse events over a limit.
+func Oversized(destination, key string, size int) sinks.Event {
+	payload := make([]byte, max(size, 2))
+	for i := range payload {
+		payload[i] = 'x'
+	}
+	payload[0], payload[len(payload)-1] = '"', '"'
+	return Event(destination, key, payload)
 }
 
 func (h Harness) payload(i int, key string) []byte {
@@ -183,6 +202,49 @@ func oneResultPerEvent(t *testing.T, h Harness) {
 	}
 	publishOK(t, s, []sinks.Event{Event(dest, "", h.payload(0, ""))})
 	h.waitFor(t, dest, 1)
+}
+
+// reportsEachEvent publishes a batch holding one event the sink refuses for
+// good, followed by a later event of its key, amid events of other keys.
+// The refused one must be reported permanent; every event reported
+// delivered must have reached the peer, and no other. (What the refusal
+// means for the later event of its key is the relay's to decide: the sink
+// may send it or skip it, but must say which.)
+func reportsEachEvent(t *testing.T, h Harness) {
+	dest := destination(t)
+	s := h.open(t, dest)
+	events := []sinks.Event{
+		Event(dest, "a", h.payload(0, "a")),
+		h.Refused(dest, "b"),
+		Event(dest, "b", h.payload(2, "b")),
+		Event(dest, "c", h.payload(3, "c")),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := s.Publish(ctx, events)
+	if len(errs) != len(events) {
+		t.Fatalf("Publish returned %d results for %d events", len(errs), len(events))
+	}
+	if !sinks.IsPermanent(errs[1]) {
+		t.Fatalf("the refused event: %v, want a permanent error", errs[1])
+	}
+	for _, i := range []int{0, 3} {
+		if errs[i] != nil {
+			t.Fatalf("event %d of another key: %v", i, errs[i])
+		}
+	}
+	want := map[string]bool{}
+	for i, err := range errs {
+		if err == nil {
+			want[events[i].ID] = true
+		}
+	}
+	got := h.waitFor(t, dest, len(want))
+	for _, r := range got {
+		if !want[r.ID] {
+			t.Fatalf("peer received %s, which Publish reported failed", r.ID)
+		}
+	}
 }
 
 func carriesMetadata(t *testing.T, h Harness) {

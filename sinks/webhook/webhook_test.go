@@ -209,6 +209,9 @@ func conformance(t *testing.T, format Format, features sinktest.Features) {
 			}
 			return out
 		},
+		Refused: func(destination, key string) sinks.Event {
+			return sinktest.Oversized(destination, key, 2*DefaultMaxBodyBytes)
+		},
 		Features: features,
 	})
 }
