@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -108,6 +109,9 @@ func (o *outcome) happy() bool {
 // It returns the outbox rows it left in place because another transaction
 // holds them locked.
 func (s *store) record(ctx context.Context, o *outcome, keepDone bool) (left []int64, err error) {
+	b := &pgx.Batch{}
+	b.Queue(s.planSQL)
+	var gone int64
 	if o.happy() {
 		if len(o.outboxSeqs) == 0 {
 			return nil, nil
@@ -116,17 +120,18 @@ func (s *store) record(ctx context.Context, o *outcome, keepDone bool) (left []i
 		if keepDone {
 			sql = s.markDoneSQL
 		}
-		tag, err := s.pool.Exec(ctx, sql, s.owner, o.outboxSeqs)
-		if err != nil {
+		b.Queue(sql, s.owner, o.outboxSeqs).Exec(func(tag pgconn.CommandTag) error {
+			gone = tag.RowsAffected()
+			return nil
+		})
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 			return nil, fmt.Errorf("recording %d delivered events: %w", len(o.outboxSeqs), err)
 		}
-		if tag.RowsAffected() < int64(len(o.outboxSeqs)) {
+		if gone < int64(len(o.outboxSeqs)) {
 			return s.left(ctx, o.outboxSeqs)
 		}
 		return nil, nil
 	}
-	b := &pgx.Batch{}
-	var gone int64
 	if len(o.outboxSeqs) > 0 {
 		sql := s.fanOutSQL
 		if keepDone {

@@ -30,7 +30,7 @@ type store struct {
 	pool  *pgxpool.Pool
 	owner string
 
-	claimSQL, claimQueueSQL                              string
+	planSQL, claimSQL, claimQueueSQL                     string
 	deleteSQL, markDoneSQL, leftSQL                      string
 	fanOutSQL, fanOutKeepSQL, rerouteSQL                 string
 	deleteDeliveriesSQL, demoteSQL, promoteSQL, headsSQL string
@@ -39,7 +39,7 @@ type store struct {
 	cleanRelaysSQL, sinksPresentSQL, unroutedSQL         string
 	purgeDoneSQL                                         string
 	statsSQL, statsCleanSQL                              string
-	outboxName, deliveriesName, vacuumSQL, analyzeSQL    string
+	outboxName, deliveriesName, vacuumSQL                string
 }
 
 // eventColumns are the columns an event is read with, from the outbox or
@@ -76,8 +76,9 @@ func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
 	const outcomes = `unnest($2::bigint[], $3::text[], $4::text[], $5::boolean[], $6::int[], $7::timestamptz[], $8::text[])
         AS u(seq, sink, state, stops, attempts, next_at, last_error)`
 	// insertFrom inserts one delivery per outcome row, copying the event
-	// from src (the outbox rows just removed, or routing-step deliveries).
-	insertFrom := func(src string) string {
+	// from the row src finds for u.seq (an outbox row, or a routing-step
+	// delivery), when where holds.
+	insertFrom := func(src, where string) string {
 		return `INSERT INTO ` + dl + ` (` + deliveryColumns + `)
 SELECT v.sink, v.seq, v.lane, v.id, v.topic, v.key, v.payload, v.payload_bin, v.content_type, v.headers,
        v.created_at, v.max_attempts, v.state, v.state = 'dead' AND v.stops, v.attempts,
@@ -88,7 +89,8 @@ FROM (
            s.created_at, s.max_attempts, u.stops, u.attempts, u.next_at, u.last_error,
            CASE WHEN ` + headTaken("s.key", "u.sink") + ` THEN 'waiting' ELSE u.state END AS state
     FROM ` + outcomes + `
-    JOIN ` + src + ` s ON s.seq = u.seq
+    CROSS JOIN LATERAL (` + src + `) s
+    WHERE ` + where + `
 ) v`
 	}
 	// fanOut removes (or marks done) the claimed outbox rows in $9 (their
@@ -105,17 +107,28 @@ FROM (
     SELECT b.key FROM unnest($9::bigint[], $10::text[]) AS b(seq, key)
     WHERE b.key IS NOT NULL AND b.seq NOT IN (SELECT seq FROM locked)
 ), src AS (
-    ` + remove + ` WHERE seq IN (
-        SELECT seq FROM locked WHERE key IS NULL OR key NOT IN (SELECT key FROM held))
-    RETURNING ` + eventColumns + `, ` + laneSQL + ` AS lane
+    ` + remove + ` WHERE seq = ANY(ARRAY(
+        SELECT seq FROM locked WHERE key IS NULL OR key NOT IN (SELECT key FROM held)))
+    RETURNING seq
 ), ins AS (
-` + insertFrom("src") + `
+` + insertFrom(`SELECT `+eventColumns+`, `+laneSQL+` AS lane FROM `+o+` WHERE seq = u.seq`, `u.seq IN (SELECT seq FROM src)`) + `
 )
 SELECT count(*) FROM src`
 	}
 	return &store{
 		pool:  pool,
 		owner: owner,
+		// Every claim and record runs after planSQL, in the same (implicit)
+		// transaction: no sequential scan, hash or merge join. Each of the
+		// relay's statements reads a batch's rows through an index, and
+		// PostgreSQL keeps a statement's generic plan, made for the tables'
+		// sizes when it was first run, for as long as the connection lives
+		// or the table is not analyzed: a plan made while the deliveries
+		// table was empty (or the outbox nearly so) would read the whole
+		// table on every record once it grew
+		// (TestStatementsKeepToTheIndexesAsTablesGrow).
+		planSQL: `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true)`,
 		// The claim: the oldest due rows of this relay's lanes, read
 		// without locking them. Only the owner of a lane claims its events,
 		// one batch at a time, and a relay taking over an expired lane
@@ -198,11 +211,13 @@ CROSS JOIN LATERAL (
 		// them, removed (or kept as done with a retention period). A row
 		// another transaction holds locked is left alone rather than waited
 		// for (the relay would stall its lanes); the relay claims it again
-		// later (leftSQL).
-		deleteSQL: `DELETE FROM ` + o + ` WHERE seq IN (
-    SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED)`,
-		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now() WHERE seq IN (
-    SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED)`,
+		// later (leftSQL). The rows are found by primary key, as an array
+		// (an InitPlan) rather than a join, whatever the table's size when
+		// the statement was planned.
+		deleteSQL: `DELETE FROM ` + o + ` WHERE seq = ANY(ARRAY(
+    SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED))`,
+		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now() WHERE seq = ANY(ARRAY(
+    SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED))`,
 		// leftSQL finds which of a batch's rows are still pending after a
 		// record removed fewer than it should have.
 		leftSQL: `SELECT seq FROM ` + o + ` WHERE seq = ANY($1) AND status = 'pending'`,
@@ -214,7 +229,7 @@ CROSS JOIN LATERAL (
 		fanOutKeepSQL: fanOut(`UPDATE ` + o + ` SET status = 'done', finished_at = now()`),
 		// Routed deliveries of the routing step fan out the same way, copied
 		// from their own rows (which deleteDeliveriesSQL then removes).
-		rerouteSQL: insertFrom(`(SELECT * FROM `+dl+` d WHERE d.sink = '' AND `+ownDelivery+`)`) +
+		rerouteSQL: insertFrom(`SELECT * FROM `+dl+` d WHERE d.sink = '' AND d.seq = u.seq AND `+ownDelivery, "true") +
 			` ON CONFLICT (sink, seq) DO NOTHING`,
 		deleteDeliveriesSQL: `DELETE FROM ` + dl + ` d USING unnest($2::text[], $3::bigint[]) AS u(sink, seq)
 WHERE d.sink = u.sink AND d.seq = u.seq AND ` + ownDelivery,
@@ -286,8 +301,7 @@ WHERE (d.sink, d.seq) IN (
 		outboxName:     o,
 		deliveriesName: dl,
 		// SKIP_LOCKED: never queue behind an autovacuum already at work.
-		vacuumSQL:  `VACUUM (SKIP_LOCKED, ANALYZE) ` + o + `, ` + dl,
-		analyzeSQL: `ANALYZE (SKIP_LOCKED) ` + dl,
+		vacuumSQL: `VACUUM (SKIP_LOCKED, ANALYZE) ` + o + `, ` + dl,
 		purgeDoneSQL: `DELETE FROM ` + o + ` WHERE seq IN (
     SELECT seq FROM ` + o + ` WHERE status = 'done' AND finished_at < now() - $1::interval
     ORDER BY finished_at LIMIT $2)`,
@@ -494,36 +508,22 @@ func (s *store) deadLetterUnrouted(ctx context.Context, routed []string) (int64,
 	}
 }
 
-// upkeepTables vacuums the outbox and deliveries tables when either holds
-// more than deadTuples dead tuples, and otherwise analyzes the deliveries
-// table when a tenth of it (at least analyzeRows rows) changed since it was
-// last analyzed. Every delivered event leaves a dead tuple, and the claims
-// walk past them until a vacuum removes them: with autovacuum off or
-// behind, claims would slow without bound. The deliveries table is empty
-// while nothing fails and grows by a row per event while a sink is down:
-// relays keep their statements' plans, made for the table's size then,
-// until it is analyzed again. It reports what it did ("" for nothing).
-func (s *store) upkeepTables(ctx context.Context, deadTuples, analyzeRows int64) (string, error) {
-	var dead, changed, live int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(n_dead_tup), 0),
-       coalesce(max(n_mod_since_analyze) FILTER (WHERE relid = to_regclass($2)), 0),
-       coalesce(max(n_live_tup) FILTER (WHERE relid = to_regclass($2)), 0)
-FROM pg_stat_user_tables WHERE relid IN (to_regclass($1), to_regclass($2))`,
-		s.outboxName, s.deliveriesName).Scan(&dead, &changed, &live)
+// vacuumIfNeeded vacuums the outbox and deliveries tables when either holds
+// more than threshold dead tuples. Every delivered event leaves one, and the
+// claims walk past them until a vacuum removes them: with autovacuum off or
+// behind, claims would slow without bound. It reports whether it vacuumed.
+func (s *store) vacuumIfNeeded(ctx context.Context, threshold int64) (bool, error) {
+	var dead int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(n_dead_tup), 0) FROM pg_stat_user_tables
+WHERE relid IN (to_regclass($1), to_regclass($2))`, s.outboxName, s.deliveriesName).Scan(&dead)
 	if err != nil {
-		return "", fmt.Errorf("reading the statistics of %s: %w", s.outboxName, err)
+		return false, fmt.Errorf("reading dead tuples of %s: %w", s.outboxName, err)
 	}
-	switch {
-	case dead >= deadTuples:
-		if _, err := s.pool.Exec(ctx, s.vacuumSQL); err != nil {
-			return "", fmt.Errorf("vacuuming %s (%d dead tuples): %w", s.outboxName, dead, err)
-		}
-		return "vacuumed", nil
-	case changed >= max(analyzeRows, live/10):
-		if _, err := s.pool.Exec(ctx, s.analyzeSQL); err != nil {
-			return "", fmt.Errorf("analyzing %s (%d rows changed): %w", s.deliveriesName, changed, err)
-		}
-		return "analyzed", nil
+	if dead < threshold {
+		return false, nil
 	}
-	return "", nil
+	if _, err := s.pool.Exec(ctx, s.vacuumSQL); err != nil {
+		return false, fmt.Errorf("vacuuming %s (%d dead tuples): %w", s.outboxName, dead, err)
+	}
+	return true, nil
 }

@@ -16,10 +16,6 @@ const (
 	// the outbox's dead tuples (each recorded event leaves one), besides the
 	// look every maintainEvery.
 	vacuumCheckEvery = 5000
-	// analyzeAfterRows is the fewest rows changed in the deliveries table
-	// since it was last analyzed that make the relay analyze it (or a tenth
-	// of it, when that is more).
-	analyzeAfterRows = 1000
 )
 
 // countRecorded adds a recorded batch of n events and asks the vacuum loop
@@ -37,8 +33,7 @@ func (r *Relay) countRecorded(n int) {
 }
 
 // vacuumLoop vacuums the outbox and deliveries tables whenever either holds
-// more than vacuumAfterDeadTuples dead tuples (and analyzes the deliveries
-// table as it grows or shrinks: see upkeepTables), looking every maintainEvery
+// more than vacuumAfterDeadTuples dead tuples, looking every maintainEvery
 // and whenever countRecorded asks. Every delivered event leaves a dead tuple
 // that claims walk past until a vacuum removes it: at 10,000 events/s a
 // look every 10 s let 100,000 pile up between vacuums, and the claims of the
@@ -58,12 +53,12 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 		case <-r.vacuumCheck:
 		}
 		start := time.Now()
-		did, err := s.upkeepTables(ctx, vacuumAfterDeadTuples, analyzeAfterRows)
+		vacuumed, err := s.vacuumIfNeeded(ctx, vacuumAfterDeadTuples)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("relay: vacuum failed", "error", err)
-		case did != "":
-			r.log.Debug("relay: "+did+" the outbox tables", "took", time.Since(start))
+		case vacuumed:
+			r.log.Debug("relay: vacuumed the outbox tables", "took", time.Since(start))
 		}
 	}
 }
