@@ -341,10 +341,14 @@ func (b *batch) settle() {
 // waits behind it, whatever the sink reported for it (a sink that sent it
 // anyway sends it again, after the head).
 func (b *batch) outcome() *outcome {
-	o := &outcome{}
+	o := &outcome{keys: make(map[int64]string, len(b.fresh)+len(b.queued))}
 	for _, it := range b.fresh {
 		o.outboxSeqs = append(o.outboxSeqs, it.seq)
 		o.outboxKeys = append(o.outboxKeys, pgtype.Text{String: it.key, Valid: it.key != ""})
+		o.keys[it.seq] = it.key
+	}
+	for _, it := range b.queued {
+		o.keys[it.seq] = it.key
 	}
 	for _, g := range b.groups {
 		wrote := false

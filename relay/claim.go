@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -98,11 +99,12 @@ func readItems(br pgx.BatchResults, capacity int, deliveries bool) ([]item, erro
 		headers             []byte
 		maxAttempts         pgtype.Int4
 		attempts            int32
+		createdAt           pgtype.Timestamptz
 	)
 	for rows.Next() {
 		it := item{delivery: deliveries}
 		if err := rows.Scan(&it.seq, &id, &it.topic, &key, &payload, &payloadBin, &contentType, &headers,
-			&it.createdAt, &maxAttempts, &it.lane, &it.sink, &attempts, &it.head, &it.queued, &it.elsewhere); err != nil {
+			&createdAt, &maxAttempts, &it.lane, &it.sink, &attempts, &it.head, &it.queued, &it.elsewhere); err != nil {
 			return nil, fmt.Errorf("reading a claimed event: %w", err)
 		}
 		it.id, it.key, it.maxAttempts, it.attempts = uuidString(id), key.String, int(maxAttempts.Int32), int(attempts)
@@ -123,6 +125,9 @@ func readItems(br pgx.BatchResults, capacity int, deliveries bool) ([]item, erro
 		if len(headers) > 2 {
 			it.headers, it.decodeErr = decodeHeaders(headers)
 		}
+		if it.createdAt, err = createdTime(createdAt); err != nil && it.decodeErr == nil {
+			it.decodeErr = err
+		}
 		if it.delivery && it.sink == "" {
 			// The routing step's own queue is the one it is in.
 			it.queued = slices.DeleteFunc(it.queued, func(s string) bool { return s == "" })
@@ -130,6 +135,20 @@ func readItems(br pgx.BatchResults, capacity int, deliveries bool) ([]item, erro
 		out = append(out, it)
 	}
 	return out, rows.Err()
+}
+
+// createdTime reads the created_at column. Sinks carry it (a Kafka record's
+// timestamp, a webhook envelope's JSON) and operators list it: it must be
+// an actual time, of years 1 to 9999. Migration 006 refuses other values at
+// INSERT; a row written before that is dead-lettered with the reason.
+func createdTime(t pgtype.Timestamptz) (time.Time, error) {
+	switch {
+	case t.InfinityModifier != pgtype.Finite:
+		return time.Time{}, errors.New("created_at is infinity or -infinity, not a time")
+	case t.Time.Year() < 1 || t.Time.Year() > 9999:
+		return time.Time{}, fmt.Errorf("created_at %s is outside years 1 to 9999", t.Time.Format(time.RFC3339))
+	}
+	return t.Time, nil
 }
 
 // decodeHeaders reads the headers column: a JSON object whose values are

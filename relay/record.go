@@ -81,6 +81,8 @@ type outcome struct {
 	demote, heads deliveryRows
 	// (key, sink) pairs whose queue may have lost its head.
 	promoteKeys, promoteSinks []string
+	// keys holds the key of every event the outcome writes, by seq.
+	keys map[int64]string
 }
 
 // insert adds a new delivery of it on sink.
@@ -177,4 +179,109 @@ func (s *store) left(ctx context.Context, seqs []int64) ([]int64, error) {
 		return nil, fmt.Errorf("finding events left in the outbox: %w", err)
 	}
 	return left, nil
+}
+
+// split returns the outcome event by event, in the order the events first
+// appear: each part writes one event's rows and restores the heads of its
+// key's queues.
+func (o *outcome) split() []*outcome {
+	var order []int64
+	parts := map[int64]*outcome{}
+	part := func(seq int64) *outcome {
+		p := parts[seq]
+		if p == nil {
+			p = &outcome{keys: map[int64]string{seq: o.keys[seq]}}
+			parts[seq] = p
+			order = append(order, seq)
+		}
+		return p
+	}
+	for i, seq := range o.outboxSeqs {
+		p := part(seq)
+		p.outboxSeqs = append(p.outboxSeqs, seq)
+		p.outboxKeys = append(p.outboxKeys, o.outboxKeys[i])
+	}
+	for i, d := range o.rowSets() {
+		for j, seq := range d.seqs {
+			part(seq).rowSets()[i].copyRow(d, j)
+		}
+	}
+	for i, seq := range o.deleteSeqs {
+		part(seq).delete(o.deleteSinks[i], seq)
+	}
+	out := make([]*outcome, 0, len(order))
+	for _, seq := range order {
+		p := parts[seq]
+		if key := o.keys[seq]; key != "" {
+			for i, k := range o.promoteKeys {
+				if k == key {
+					p.promoteKeys = append(p.promoteKeys, k)
+					p.promoteSinks = append(p.promoteSinks, o.promoteSinks[i])
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// rowSets lists the outcome's deliveries to write, always in this order.
+func (o *outcome) rowSets() []*deliveryRows {
+	return []*deliveryRows{&o.fromOutbox, &o.fromRouting, &o.demote, &o.heads}
+}
+
+// seqs lists the events an outcome writes.
+func (o *outcome) seqs() []int64 {
+	var out []int64
+	for seq := range o.keys {
+		out = append(out, seq)
+	}
+	return out
+}
+
+// setAside returns the writes that make event seq, whose outcome p the
+// database refused, a dead letter saying why: on the routing step when it
+// was an outbox row (it leaves the outbox), on each sink where it was a
+// delivery.
+func (p *outcome) setAside(seq int64, stopKey bool, why error) *outcome {
+	key := p.keys[seq]
+	stops := stopKey && key != ""
+	aside := &outcome{keys: p.keys}
+	if len(p.outboxSeqs) > 0 {
+		aside.outboxSeqs, aside.outboxKeys = p.outboxSeqs, p.outboxKeys
+		aside.fromOutbox.add(seq, "", "dead", stops, 0, time.Time{}, why)
+	} else {
+		sinks := map[string]bool{}
+		for _, d := range []*deliveryRows{&p.demote, &p.heads} {
+			for _, s := range d.sinks {
+				sinks[s] = true
+			}
+		}
+		for _, s := range p.deleteSinks {
+			sinks[s] = true
+		}
+		if len(p.fromRouting.seqs) > 0 {
+			sinks[""] = true
+		}
+		for s := range sinks {
+			if stops {
+				aside.heads.add(seq, s, "dead", true, 0, time.Time{}, why)
+			} else {
+				aside.demote.add(seq, s, "dead", false, 0, time.Time{}, why)
+			}
+		}
+	}
+	aside.promoteKeys, aside.promoteSinks = p.promoteKeys, p.promoteSinks
+	return aside
+}
+
+// copyRow appends row i of from.
+func (d *deliveryRows) copyRow(from *deliveryRows, i int) {
+	d.seqs = append(d.seqs, from.seqs[i])
+	d.sinks = append(d.sinks, from.sinks[i])
+	d.states = append(d.states, from.states[i])
+	d.stops = append(d.stops, from.stops[i])
+	d.attempts = append(d.attempts, from.attempts[i])
+	d.nextAt = append(d.nextAt, from.nextAt[i])
+	d.lastErrors = append(d.lastErrors, from.lastErrors[i])
 }

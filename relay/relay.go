@@ -35,9 +35,12 @@ type Relay struct {
 	sinkNames  []string
 
 	// pausedMu guards pausedSince (sink → paused since), written when a
-	// sink is paused or resumed and read by PausedSinks.
+	// sink is paused or resumed and read by PausedSinks, and recordErrs
+	// (worker → the failure of its record, since when), read by
+	// RecordFailure.
 	pausedMu    sync.Mutex
 	pausedSince map[string]time.Time
+	recordErrs  map[*worker]recordFailure
 
 	// tracer is nil when tracing is off.
 	tracer trace.Tracer
@@ -71,6 +74,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		routeCache:  map[string]*route{},
 		sinkStates:  map[string]*sinkState{},
 		pausedSince: map[string]time.Time{},
+		recordErrs:  map[*worker]recordFailure{},
 		vacuumCheck: make(chan struct{}, 1),
 	}
 	if conns, least := pool.Config().MaxConns, PoolSize(cfg.Workers)-1; conns < least {
@@ -214,6 +218,42 @@ func (r *Relay) resume(s *sinkState) {
 	r.pausedMu.Lock()
 	delete(r.pausedSince, s.name)
 	r.pausedMu.Unlock()
+}
+
+// recordFailure is a worker's record failing since a time.
+type recordFailure struct {
+	since time.Time
+	err   error
+}
+
+// recordFailed notes that w's record failed with err, or succeeded (nil).
+func (r *Relay) recordFailed(w *worker, err error) {
+	r.pausedMu.Lock()
+	defer r.pausedMu.Unlock()
+	switch f, failing := r.recordErrs[w]; {
+	case err == nil && failing:
+		delete(r.recordErrs, w)
+		w.log.Info("relay: recording works again; publishing resumes", "after", time.Since(f.since).Round(time.Millisecond))
+	case err != nil && failing:
+		r.recordErrs[w] = recordFailure{f.since, err}
+	case err != nil:
+		r.recordErrs[w] = recordFailure{time.Now(), err}
+	}
+}
+
+// RecordFailure reports since when the relay has been unable to record what
+// it published (the database refuses, or its role lost a privilege), and the
+// latest error; the zero time when it records fine. While it cannot, it
+// publishes nothing more. It is safe to call from any goroutine.
+func (r *Relay) RecordFailure() (since time.Time, err error) {
+	r.pausedMu.Lock()
+	defer r.pausedMu.Unlock()
+	for _, f := range r.recordErrs {
+		if since.IsZero() || f.since.Before(since) {
+			since, err = f.since, f.err
+		}
+	}
+	return since, err
 }
 
 // PausedSinks returns the sinks paused because they are down, each with the

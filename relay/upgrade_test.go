@@ -13,7 +13,7 @@ import (
 // TestUpgradeToDeliveryQueues: a database of schema version 4 holding
 // retrying, parked, stopped and dead events is migrated to version 5, and a
 // relay then delivers everything in key order; nothing is stranded. Then
-// migration 005 is reverted and applied again.
+// migration 005 (with 006 after it) is reverted and applied again.
 func TestUpgradeToDeliveryQueues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -93,8 +93,8 @@ func TestUpgradeToDeliveryQueues(t *testing.T) {
 	})
 
 	stop() // migration 005 refuses to run under live relays
-	if _, err := m.Down(ctx, 1); err != nil {
-		t.Fatalf("reverting migration 005: %v", err)
+	if _, err := m.Down(ctx, 2); err != nil {
+		t.Fatalf("reverting migrations 006 and 005: %v", err)
 	}
 	if n := b.count(t, "status = 'dead'"); n != 2 {
 		t.Fatalf("%d dead rows after reverting, want 2", n)

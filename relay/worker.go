@@ -2,12 +2,15 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A worker is one claim loop. A relay runs Config.Workers of them; each is a
@@ -276,32 +279,87 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	return n, w.record(ctx, o, n)
 }
 
-// record writes a batch's outcome. A passing database failure must not lose
-// it: it is retried while this worker's lanes are leased to it (after that,
-// another relay may own them and delivers their events again). A batch not
-// recorded stays where it was, and its events are delivered again.
+// record writes a batch's outcome. A database that refuses the record (it
+// is down, the relay's role lost a privilege) must not turn the batch into
+// duplicates: the worker publishes nothing more and retries the record,
+// renewing its lanes meanwhile so that the outcome stays its own, until it
+// succeeds or the lanes are lost (another relay then delivers the events
+// again). A record refused because of one row's data is recorded event by
+// event instead (recordEach). A batch not recorded stays where it was, and
+// its events are delivered again.
 func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 	for attempt := 1; ; attempt++ {
 		if time.Now().After(w.lanesExpire) {
-			return fmt.Errorf("not recording a batch of %d events: the lanes' lease ran out while it was published (they stay where they were and will be delivered again)", n)
+			return fmt.Errorf("not recording a batch of %d events: the lanes' lease ran out (they stay where they were and will be delivered again)", n)
 		}
 		start := time.Now()
 		left, err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
 		if err == nil {
 			w.r.cfg.Observer.Recorded(n, time.Since(start))
 			w.r.countRecorded(n)
+			w.r.recordFailed(w, nil)
 			w.leave(left)
 			return nil
 		}
-		delay := min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)
-		if time.Now().Add(delay).After(w.lanesExpire) || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return fmt.Errorf("recording batch of %d events (they stay where they were and will be delivered again): %w", n, err)
 		}
-		w.log.Warn("relay: recording failed; retrying", "error", err, "attempt", attempt)
+		if refusedData(err) {
+			return w.recordEach(ctx, o, n, err)
+		}
+		w.r.recordFailed(w, err)
+		delay := min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)
+		w.log.Warn("relay: recording failed; publishing nothing until it succeeds", "error", err, "attempt", attempt, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return fmt.Errorf("recording batch of %d events: %w", n, err)
 		}
+		if err := w.refreshLanes(ctx); err != nil {
+			w.log.Warn("relay: renewing lanes failed", "error", err)
+		}
 	}
+}
+
+// refusedData reports whether the database refused a statement because of
+// the data it was given (a data exception, a constraint, a limit), rather
+// than because it could not run it.
+func refusedData(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	class := pgErr.Code[:2]
+	return class == "22" || class == "23" || class == "54"
+}
+
+// recordEach records a batch the database refused (first) event by event,
+// so that one event whose record the database refuses stops nothing but
+// itself: it is set aside as a dead letter saying why, and the others are
+// recorded as they went.
+func (w *worker) recordEach(ctx context.Context, o *outcome, n int, first error) error {
+	w.log.Warn("relay: the database refused a batch's record; recording it event by event", "events", n, "error", first)
+	keep := w.r.cfg.Retention > 0
+	for _, one := range o.split() {
+		left, err := w.store.record(ctx, one, keep)
+		if err == nil {
+			w.leave(left)
+			continue
+		}
+		if !refusedData(err) {
+			return fmt.Errorf("recording a batch event by event (the rest stays where it was and will be delivered again): %w", err)
+		}
+		seq := one.seqs()[0]
+		aside := one.setAside(seq, w.r.cfg.StopKeyOnDeadLetter, fmt.Errorf("the database refused to record this event: %w", err))
+		w.log.Error("relay: the database refused to record an event; it is a dead letter now", "seq", seq, "error", err)
+		if _, err := w.store.record(ctx, aside, keep); err != nil {
+			w.log.Error("relay: could not set aside an event the database refused to record; it will be claimed again", "seq", seq, "error", err)
+			if len(one.outboxSeqs) > 0 {
+				w.leave(one.outboxSeqs)
+			}
+		}
+	}
+	w.r.cfg.Observer.Recorded(n, 0)
+	w.r.countRecorded(n)
+	return nil
 }
 
 // leave sets aside outbox rows a record could not remove because another

@@ -426,13 +426,14 @@ func (s *Store) listPage(ctx context.Context, f Filter, after position, limit in
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				d        DeadLetter
-				attempts int32
+				d             DeadLetter
+				attempts      int32
+				created, died pgtype.Timestamptz
 			)
-			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Sink, &attempts, &d.CreatedAt, &d.DiedAt, &d.LastError, &d.StopsKey); err != nil {
+			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Sink, &attempts, &created, &died, &d.LastError, &d.StopsKey); err != nil {
 				return err
 			}
-			d.Attempts = int(attempts)
+			d.Attempts, d.CreatedAt, d.DiedAt = int(attempts), jsonTime(created), jsonTime(died)
 			page = append(page, d)
 		}
 		return rows.Err()
@@ -614,16 +615,16 @@ func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 			return err
 		}
 		var (
-			cols             eventColumns
-			available, finis pgtype.Timestamptz
+			cols                      eventColumns
+			created, available, finis pgtype.Timestamptz
 		)
 		err := tx.QueryRow(ctx, s.showEventSQL, arg).Scan(&e.Seq, &e.ID, &e.Topic, &e.Key, &outbox,
-			&cols.payload, &cols.payloadBin, &e.ContentType, &cols.headers, &e.CreatedAt, &available,
+			&cols.payload, &cols.payloadBin, &e.ContentType, &cols.headers, &created, &available,
 			&cols.maxAttempts, &finis)
 		switch {
 		case err == nil:
 			inOut = true
-			e.AvailableAt, e.FinishedAt = available.Time, finis.Time
+			e.CreatedAt, e.AvailableAt, e.FinishedAt = jsonTime(created), jsonTime(available), jsonTime(finis)
 			decoded = cols.fill(&e)
 		case !errors.Is(err, pgx.ErrNoRows):
 			return err
@@ -638,26 +639,26 @@ func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 			var (
 				sink, state, topic, key, contentType string
 				seq                                  int64
-				created                              time.Time
 				d                                    Delivery
 				attempts                             int32
-				next, dead                           pgtype.Timestamptz
+				created, next, queued, dead          pgtype.Timestamptz
 				headSeq                              pgtype.Int8
 				headID, headState                    pgtype.Text
 				c                                    eventColumns
 			)
 			if err := rows.Scan(&sink, &seq, &topic, &key, &c.payload, &c.payloadBin, &contentType, &c.headers,
-				&created, &c.maxAttempts, &state, &d.StopsKey, &attempts, &next, &d.Error, &d.QueuedAt, &dead,
+				&created, &c.maxAttempts, &state, &d.StopsKey, &attempts, &next, &d.Error, &queued, &dead,
 				&headSeq, &headID, &headState); err != nil {
 				return err
 			}
-			d.State, d.Attempts, d.NextAt, d.DeadAt = state, int(attempts), next.Time, dead.Time
+			d.State, d.Attempts = state, int(attempts)
+			d.NextAt, d.QueuedAt, d.DeadAt = jsonTime(next), jsonTime(queued), jsonTime(dead)
 			if headSeq.Valid {
 				d.Head = &QueueHead{Seq: headSeq.Int64, ID: headID.String, State: headState.String}
 			}
 			e.Deliveries[sink] = d
 			if !inOut && e.ID == "" {
-				e.Seq, e.ID, e.Topic, e.Key, e.ContentType, e.CreatedAt = seq, u.String(), topic, key, contentType, created
+				e.Seq, e.ID, e.Topic, e.Key, e.ContentType, e.CreatedAt = seq, u.String(), topic, key, contentType, jsonTime(created)
 				decoded = c.fill(&e)
 			}
 		}
@@ -674,6 +675,20 @@ func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 	}
 	e.Status = eventStatus(outbox, e.Deliveries)
 	return &e, nil
+}
+
+// jsonTime is a timestamp read from a row as a time JSON and RFC 3339 can
+// carry, years 1 to 9999: a row written by hand may hold 'infinity' or a
+// date past year 9999, and one such row must not break a listing. Those
+// are clamped to the nearest end of the range; NULL is the zero time.
+func jsonTime(t pgtype.Timestamptz) time.Time {
+	switch {
+	case !t.Valid || t.InfinityModifier == pgtype.NegativeInfinity || t.Time.Year() < 1:
+		return time.Time{}
+	case t.InfinityModifier == pgtype.Infinity || t.Time.Year() > 9999:
+		return time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+	}
+	return t.Time
 }
 
 // eventStatus derives an event's status from its outbox row's status

@@ -13,14 +13,14 @@ import (
 
 func (s *Store) initStatus() {
 	o, dl, st := s.tables.Outbox(), s.tables.Deliveries(), s.tables.Stats()
-	s.statusPendingSQL = `SELECT topic, count(*), min(created_at), now()
+	s.statusPendingSQL = `SELECT topic, count(*), min(created_at) FILTER (WHERE isfinite(created_at)), now()
 FROM ` + o + ` WHERE status = 'pending'
 GROUP BY topic`
 	// The queues per sink and topic: deliveries waiting (ready or waiting)
 	// with their oldest event, and dead letters.
 	s.statusQueuesSQL = `SELECT sink, topic,
        count(*) FILTER (WHERE state <> 'dead'),
-       min(created_at) FILTER (WHERE state <> 'dead'),
+       min(created_at) FILTER (WHERE state <> 'dead' AND isfinite(created_at)),
        count(*) FILTER (WHERE state = 'dead')
 FROM ` + dl + `
 GROUP BY sink, topic`
@@ -34,9 +34,9 @@ FROM ` + st + `
 WHERE minute >= date_trunc('minute', now()) - interval '1 minute'
 GROUP BY sink, topic`
 	s.backlogSQL = `SELECT (SELECT count(*) FROM ` + o + ` WHERE status = 'pending'),
-       (SELECT min(created_at) FROM ` + o + ` WHERE status = 'pending'),
+       (SELECT min(created_at) FROM ` + o + ` WHERE status = 'pending' AND isfinite(created_at)),
        (SELECT count(*) FROM ` + dl + ` WHERE state <> 'dead'),
-       (SELECT min(created_at) FROM ` + dl + ` WHERE state <> 'dead'),
+       (SELECT min(created_at) FROM ` + dl + ` WHERE state <> 'dead' AND isfinite(created_at)),
        (SELECT count(*) FROM ` + dl + ` WHERE state = 'dead'),
        now()`
 }
@@ -126,7 +126,8 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 	fail := func(what string, err error) (*Status, error) {
 		return nil, fmt.Errorf("reading %s of %s: %w", what, s.tables.Outbox(), err)
 	}
-	// Oldest times; ages are computed once st.At is known.
+	// Oldest times (finite ones: see the statements); ages are computed
+	// once st.At is known.
 	type oldest struct{ pending, queued time.Time }
 	oldestOf := map[*Backlog]*oldest{}
 	older := func(b *Backlog, pending, queued pgtype.Timestamptz) {
