@@ -123,6 +123,10 @@ WHERE o.seq = x.seq AND x.state = 'waiting'
 -- stored once. A new event looks here to learn whether it must join a queue.
 CREATE UNIQUE INDEX {{.Name "head_idx"}} ON {{.Deliveries}} (key, sink)
     WHERE key IS NOT NULL AND (state = 'ready' OR stops_key);
+-- The lanes that have any head: a claim looks events up in head_idx only
+-- in those lanes, so that one key's queue does not cost every other key.
+CREATE INDEX {{.Name "head_lane_idx"}} ON {{.Deliveries}} (lane)
+    WHERE key IS NOT NULL AND (state = 'ready' OR stops_key);
 
 DELETE FROM {{.Outbox}} o
 WHERE o.status = 'dead' OR (o.status = 'pending' AND EXISTS (

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -108,9 +109,27 @@ func (o *outcome) happy() bool {
 
 // record writes a batch's outcome in one round trip and one transaction,
 // fenced by lane: rows of lanes this relay lost are left to their new owner.
-// It returns the outbox rows it left in place because another transaction
-// holds them locked.
+// When another transaction holds one of the batch's outbox rows locked past
+// lock_timeout, it writes the outcome again leaving that row in place, and
+// returns the outbox rows it left.
 func (s *store) record(ctx context.Context, o *outcome, keepDone bool) (left []int64, err error) {
+	left, err = s.recordWith(ctx, o, s.removals[boolIndex(keepDone)][0])
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		left, err = s.recordWith(ctx, o, s.removals[boolIndex(keepDone)][1])
+	}
+	return left, err
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// recordWith writes o, removing the outbox rows with rm.
+func (s *store) recordWith(ctx context.Context, o *outcome, rm removal) (left []int64, err error) {
 	b := &pgx.Batch{}
 	b.Queue(s.planSQL)
 	var gone int64
@@ -118,11 +137,7 @@ func (s *store) record(ctx context.Context, o *outcome, keepDone bool) (left []i
 		if len(o.outboxSeqs) == 0 {
 			return nil, nil
 		}
-		sql := s.deleteSQL
-		if keepDone {
-			sql = s.markDoneSQL
-		}
-		b.Queue(sql, s.owner, o.outboxSeqs).Exec(func(tag pgconn.CommandTag) error {
+		b.Queue(rm.happy, s.owner, o.outboxSeqs).Exec(func(tag pgconn.CommandTag) error {
 			gone = tag.RowsAffected()
 			return nil
 		})
@@ -135,11 +150,11 @@ func (s *store) record(ctx context.Context, o *outcome, keepDone bool) (left []i
 		return nil, nil
 	}
 	if len(o.outboxSeqs) > 0 {
-		sql := s.fanOutSQL
-		if keepDone {
-			sql = s.fanOutKeepSQL
+		args := append(o.fromOutbox.args(s.owner), o.outboxSeqs)
+		if rm.keyed {
+			args = append(args, o.outboxKeys)
 		}
-		b.Queue(sql, append(o.fromOutbox.args(s.owner), o.outboxSeqs, o.outboxKeys)...).QueryRow(func(row pgx.Row) error {
+		b.Queue(rm.fanOut, args...).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&gone)
 		})
 	}

@@ -30,16 +30,26 @@ type store struct {
 	pool  *pgxpool.Pool
 	owner string
 
-	planSQL, claimSQL, claimQueueSQL                     string
-	deleteSQL, markDoneSQL, leftSQL                      string
-	fanOutSQL, fanOutKeepSQL, rerouteSQL                 string
+	planSQL, claimSQL, claimQueueSQL string
+	// removals[keepDone][skipLocked] remove (or mark done) a batch's
+	// outbox rows.
+	removals                                             [2][2]removal
+	leftSQL, rerouteSQL                                  string
 	deleteDeliveriesSQL, demoteSQL, promoteSQL, headsSQL string
 	heartbeatSQL, liveSQL, ownerLiveSQL, renewSQL        string
 	releaseSQL, acquireSQL, releaseAllSQL, unregisterSQL string
 	cleanRelaysSQL, sinksPresentSQL, unroutedSQL         string
 	purgeDoneSQL                                         string
 	statsSQL, statsCleanSQL                              string
-	outboxName, deliveriesName, vacuumSQL                string
+	outboxName, deliveriesName                           string
+	vacuumOutboxSQL, vacuumDeliveriesSQL                 string
+}
+
+// removal holds the statements that record a batch's outbox rows: see
+// newStore. keyed: fanOut takes the rows' keys as $10.
+type removal struct {
+	happy, fanOut string
+	keyed         bool
 }
 
 // eventColumns are the columns an event is read with, from the outbox or
@@ -93,27 +103,52 @@ FROM (
     WHERE ` + where + `
 ) v`
 	}
-	// fanOut removes (or marks done) the claimed outbox rows in $9 (their
-	// keys in $10) and inserts the deliveries of their outcomes, returning
-	// how many rows went.
-	fanOut := func(remove string) string {
-		// A row another transaction holds locked is left in place, and so
-		// is every row of its key in the batch: the locked one is claimed
-		// and sent again later, and events of its key recorded now would go
-		// before it on the sinks where it failed.
-		return `WITH locked AS (
+	// The record of a batch's outbox rows: they go (deleted, or with
+	// keepDone marked done). The happy path's statement removes the rows
+	// in $2; fanOut removes those in $9 (their keys in $10) and inserts the
+	// deliveries of their outcomes, returning how many rows went. A row
+	// another transaction holds locked (an operator's UPDATE left open) is
+	// waited for, at most lock_timeout; then the same record is made with
+	// skipLocked, which leaves that row in place (the relay claims and
+	// sends it again later: leftSQL) and, in fanOut, every row of its key
+	// too: events of its key recorded now would go before it on the sinks
+	// where it failed.
+	removalOf := func(keepDone, skipLocked bool) removal {
+		remove := `DELETE FROM ` + o
+		if keepDone {
+			remove = `UPDATE ` + o + ` SET status = 'done', finished_at = now()`
+		}
+		insert := insertFrom(`SELECT `+eventColumns+`, `+laneSQL+` AS lane FROM `+o+` WHERE seq = u.seq`, `u.seq IN (SELECT seq FROM src)`)
+		if !skipLocked {
+			return removal{
+				happy: remove + ` WHERE seq = ANY($2) AND ` + ownLane,
+				fanOut: `WITH src AS (
+    ` + remove + ` WHERE seq = ANY($9) AND ` + ownLane + `
+    RETURNING seq
+), ins AS (
+` + insert + `
+)
+SELECT count(*) FROM src`,
+			}
+		}
+		return removal{
+			happy: remove + ` WHERE seq = ANY($2) AND seq = ANY(ARRAY(
+    SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED))`,
+			fanOut: `WITH locked AS (
     SELECT seq, key FROM ` + o + ` WHERE seq = ANY($9) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED
 ), held AS (
     SELECT b.key FROM unnest($9::bigint[], $10::text[]) AS b(seq, key)
     WHERE b.key IS NOT NULL AND b.seq NOT IN (SELECT seq FROM locked)
 ), src AS (
-    ` + remove + ` WHERE seq = ANY(ARRAY(
+    ` + remove + ` WHERE seq = ANY($9) AND seq = ANY(ARRAY(
         SELECT seq FROM locked WHERE key IS NULL OR key NOT IN (SELECT key FROM held)))
     RETURNING seq
 ), ins AS (
-` + insertFrom(`SELECT `+eventColumns+`, `+laneSQL+` AS lane FROM `+o+` WHERE seq = u.seq`, `u.seq IN (SELECT seq FROM src)`) + `
+` + insert + `
 )
-SELECT count(*) FROM src`
+SELECT count(*) FROM src`,
+			keyed: true,
+		}
 	}
 	return &store{
 		pool:  pool,
@@ -127,8 +162,9 @@ SELECT count(*) FROM src`
 		// table was empty (or the outbox nearly so) would read the whole
 		// table on every record once it grew
 		// (TestStatementsKeepToTheIndexesAsTablesGrow).
+		// A record waits at most lock_timeout for a lock (see removal).
 		planSQL: `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-       set_config('enable_mergejoin', 'off', true)`,
+       set_config('enable_mergejoin', 'off', true), set_config('lock_timeout', '1s', true)`,
 		// The claim: the oldest due rows of this relay's lanes, read
 		// without locking them. Only the owner of a lane claims its events,
 		// one batch at a time, and a relay taking over an expired lane
@@ -144,10 +180,10 @@ SELECT count(*) FROM src`
 		// Each row comes with the sinks on which its key has a queue (a
 		// head): the event joins those queues instead of being published
 		// there. Heads exist only for keys with a failure in flight, so the
-		// lookup, one probe of the head index per row, runs only when the
-		// table holds any: a test evaluated once per claim, written as an
-		// ordered LIMIT 1 so that the head index answers it even in a plan
-		// made while the table was small.
+		// lookup, one probe of the head index per row, runs only for rows
+		// of lanes that have any head: the claim first lists those lanes,
+		// one probe of head_lane_idx per lane (a loose index scan), so that
+		// one key's queue costs the other keys nothing but in its own lane.
 		//
 		// The lane range ($3..$4, the lowest and highest lane held) matches
 		// the claim index's last column, so rows of other relays' lanes are
@@ -156,7 +192,13 @@ SELECT count(*) FROM src`
 		// order up for "lane = ANY(...)"). The exact lane test is written
 		// "<> 0" (estimated as passing most rows, so the planner keeps that
 		// walk instead of sorting the pending set).
-		claimSQL: `WITH claimed AS (
+		claimSQL: `WITH RECURSIVE queued(lane) AS (
+    (SELECT d.lane FROM ` + dl + ` d WHERE d.key IS NOT NULL AND ` + queue.Head + ` ORDER BY d.lane LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.lane FROM ` + dl + ` d
+            WHERE d.key IS NOT NULL AND ` + queue.Head + ` AND d.lane > q.lane ORDER BY d.lane LIMIT 1)
+    FROM queued q WHERE q.lane IS NOT NULL
+), claimed AS (
     SELECT ` + eventColumns + `, ` + laneSQL + ` AS lane
     FROM ` + o + `
     WHERE status = 'pending' AND available_at <= now()
@@ -168,8 +210,7 @@ SELECT count(*) FROM src`
 )
 SELECT c.seq, c.id, c.topic, c.key, c.payload, c.payload_bin, c.content_type, c.headers, c.created_at,
        c.max_attempts, c.lane, '', 0, false,
-       CASE WHEN c.key IS NOT NULL AND (
-                SELECT true FROM ` + dl + ` d WHERE d.key IS NOT NULL AND ` + queue.Head + ` ORDER BY d.key LIMIT 1)
+       CASE WHEN c.key IS NOT NULL AND c.lane = ANY(ARRAY(SELECT lane FROM queued WHERE lane IS NOT NULL))
             THEN ARRAY(SELECT d.sink FROM ` + dl + ` d WHERE d.key = c.key AND ` + queue.Head + `) END,
        NULL::text[]
 FROM claimed c
@@ -207,26 +248,13 @@ CROSS JOIN LATERAL (
     ) f
     LIMIT $5
 ) d`,
-		// The happy path's record: the batch's rows, every sink done with
-		// them, removed (or kept as done with a retention period). A row
-		// another transaction holds locked is left alone rather than waited
-		// for (the relay would stall its lanes); the relay claims it again
-		// later (leftSQL). The rows are found by primary key, as an array
-		// (an InitPlan) rather than a join, whatever the table's size when
-		// the statement was planned.
-		deleteSQL: `DELETE FROM ` + o + ` WHERE seq = ANY(ARRAY(
-    SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED))`,
-		markDoneSQL: `UPDATE ` + o + ` SET status = 'done', finished_at = now() WHERE seq = ANY(ARRAY(
-    SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED))`,
+		removals: [2][2]removal{
+			{removalOf(false, false), removalOf(false, true)},
+			{removalOf(true, false), removalOf(true, true)},
+		},
 		// leftSQL finds which of a batch's rows are still pending after a
 		// record removed fewer than it should have.
 		leftSQL: `SELECT seq FROM ` + o + ` WHERE seq = ANY($1) AND status = 'pending'`,
-		// The failure path's record of claimed outbox rows: the rows go as
-		// above, and in the same statement each sink that did not take its
-		// event gets a delivery, copied from the row. A row left in place
-		// (locked) gets none: it is claimed and sent again, whole.
-		fanOutSQL:     fanOut(`DELETE FROM ` + o),
-		fanOutKeepSQL: fanOut(`UPDATE ` + o + ` SET status = 'done', finished_at = now()`),
 		// Routed deliveries of the routing step fan out the same way, copied
 		// from their own rows (which deleteDeliveriesSQL then removes).
 		rerouteSQL: insertFrom(`SELECT * FROM `+dl+` d WHERE d.sink = '' AND d.seq = u.seq AND `+ownDelivery, "true") +
@@ -300,8 +328,13 @@ WHERE (d.sink, d.seq) IN (
     LIMIT $3)`,
 		outboxName:     o,
 		deliveriesName: dl,
-		// SKIP_LOCKED: never queue behind an autovacuum already at work.
-		vacuumSQL: `VACUUM (SKIP_LOCKED, ANALYZE) ` + o + `, ` + dl,
+		// SKIP_LOCKED: never queue behind an autovacuum already at work. No
+		// TRUNCATE: giving the empty end of a table back to the system
+		// takes an exclusive lock that a manual VACUUM waits for, and every
+		// claim and insert then waits behind it (autovacuum's truncation
+		// gives way instead).
+		vacuumOutboxSQL:     `VACUUM (SKIP_LOCKED, ANALYZE, TRUNCATE false) ` + o,
+		vacuumDeliveriesSQL: `VACUUM (SKIP_LOCKED, ANALYZE, TRUNCATE false) ` + dl,
 		purgeDoneSQL: `DELETE FROM ` + o + ` WHERE seq IN (
     SELECT seq FROM ` + o + ` WHERE status = 'done' AND finished_at < now() - $1::interval
     ORDER BY finished_at LIMIT $2)`,
@@ -508,22 +541,34 @@ func (s *store) deadLetterUnrouted(ctx context.Context, routed []string) (int64,
 	}
 }
 
-// vacuumIfNeeded vacuums the outbox and deliveries tables when either holds
-// more than threshold dead tuples. Every delivered event leaves one, and the
-// claims walk past them until a vacuum removes them: with autovacuum off or
-// behind, claims would slow without bound. It reports whether it vacuumed.
+// vacuumIfNeeded vacuums the outbox and the deliveries table, each when it
+// holds more than threshold dead tuples. Every delivered event leaves one,
+// and the claims walk past them until a vacuum removes them: with
+// autovacuum off or behind, claims would slow without bound. A table that
+// does not need it is left alone: the deliveries table grows by a row per
+// event while a sink is down, with nothing for a vacuum to remove. It
+// reports whether it vacuumed.
 func (s *store) vacuumIfNeeded(ctx context.Context, threshold int64) (bool, error) {
-	var dead int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(n_dead_tup), 0) FROM pg_stat_user_tables
-WHERE relid IN (to_regclass($1), to_regclass($2))`, s.outboxName, s.deliveriesName).Scan(&dead)
+	var outboxDead, deliveriesDead int64
+	err := s.pool.QueryRow(ctx, `SELECT
+    coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass($1)), 0),
+    coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass($2)), 0)`,
+		s.outboxName, s.deliveriesName).Scan(&outboxDead, &deliveriesDead)
 	if err != nil {
 		return false, fmt.Errorf("reading dead tuples of %s: %w", s.outboxName, err)
 	}
-	if dead < threshold {
-		return false, nil
+	vacuumed := false
+	for _, t := range []struct {
+		name, sql string
+		dead      int64
+	}{{s.outboxName, s.vacuumOutboxSQL, outboxDead}, {s.deliveriesName, s.vacuumDeliveriesSQL, deliveriesDead}} {
+		if t.dead < threshold {
+			continue
+		}
+		if _, err := s.pool.Exec(ctx, t.sql); err != nil {
+			return vacuumed, fmt.Errorf("vacuuming %s (%d dead tuples): %w", t.name, t.dead, err)
+		}
+		vacuumed = true
 	}
-	if _, err := s.pool.Exec(ctx, s.vacuumSQL); err != nil {
-		return false, fmt.Errorf("vacuuming %s (%d dead tuples): %w", s.outboxName, dead, err)
-	}
-	return true, nil
+	return vacuumed, nil
 }

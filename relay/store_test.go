@@ -183,7 +183,7 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, old.deleteSQL, old.owner, []int64{seqs[0]}); err != nil {
+	if _, err := tx.Exec(ctx, old.removals[0][0].happy, old.owner, []int64{seqs[0]}); err != nil {
 		t.Fatal(err)
 	}
 	next := newStore(b.pool, b.tables, "new-relay")

@@ -25,7 +25,7 @@ func newBenchCommand(g *globalFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the relay against this database: drain a backlog or serve live traffic, then verify delivery",
+		Short: "Measure the relay against this database: drain a backlog, serve live traffic or ride out failures, then verify delivery",
 		Long: `Measure the relay against this database, in a schema of its own (created,
 migrated, and dropped at the end unless --keep).
 
@@ -42,8 +42,32 @@ each event (sink acknowledgement minus the time tx.Commit returned).
 commit rates. --report-every prints events/s, latency, backlog, table size
 and dead tuples periodically.
 
+Three modes measure the failure path. Their route has two sinks, "up" (the
+--sink type) and "down" (in-process: it refuses every event as unavailable
+during the outage, then acknowledges them), except hotkey's, which has one.
+
+--mode outage commits --events events while "down" is down, keeps it down
+for --outage (default 60s) with the relay's sink pause capped at
+--pause-max (default 1s), brings it back and waits until the outbox and
+deliveries tables are empty: it reports the row writes of both tables
+(pg_stat_user_tables, the events' own INSERT excluded) per event, and how
+long "down" took to catch up.
+
+--mode isolation runs live producers (as --mode live) to both sinks; "down"
+goes down --outage-after (default 1m) after they start, for --outage
+(default 5m); --duration defaults to both plus 2m. It reports the healthy
+sink's latency before, during and after the outage, and per minute (and per
+--report-every) its p50 and p99 next to "down"'s queue depth.
+
+--mode hotkey queues --hot-events (default 10,000) events of one key behind
+a head the sink keeps failing (retryable; retries at most --backoff-max
+apart, default 1s), then times the drain of --events (default 100,000)
+events of the other keys and reports the claims' durations. --hot-events 0
+is the run to compare with.
+
 Every run then verifies that each committed event was acknowledged at least
-once and that each key's events arrived in seq order, and exits 1 when not.
+once by every sink and that each key's events arrived at each sink in seq
+order, and exits 1 when not.
 The database comes from --database-url, DATABASE_URL or database.url in
 --config. Relays run in this process; CPU and RSS are this process's.`,
 		Args: cobra.NoArgs,
@@ -60,6 +84,14 @@ The database comes from --database-url, DATABASE_URL or database.url in
 			cfg.Mode = relaybench.Mode(mode)
 			cfg.Sink = sink
 			cfg.KeysSet = cmd.Flags().Changed("keys")
+			cfg.HotEventsSet = cmd.Flags().Changed("hot-events")
+			// Defaults that depend on the mode come from relaybench.
+			if !cmd.Flags().Changed("events") {
+				cfg.Events = 0
+			}
+			if !cmd.Flags().Changed("duration") {
+				cfg.Duration = 0
+			}
 			if cfg.Rate == 0 {
 				cfg.Rate = -1 // as fast as they can
 			}
@@ -102,8 +134,9 @@ The database comes from --database-url, DATABASE_URL or database.url in
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&mode, "mode", string(relaybench.ModeDrain), "drain (time a committed backlog) or live (latency under a steady rate)")
-	f.IntVar(&cfg.Events, "events", relaybench.DefaultEvents, "drain: events in the backlog")
+	f.StringVar(&mode, "mode", string(relaybench.ModeDrain),
+		"drain (time a committed backlog), live (latency under a steady rate), outage (writes while a sink is down), isolation (latency while a sink is down) or hotkey (drain beside a failing key)")
+	f.IntVar(&cfg.Events, "events", relaybench.DefaultEvents, "drain, outage, hotkey: events in the backlog (hotkey: 100000 by default)")
 	f.IntVar(&cfg.Keys, "keys", relaybench.DefaultKeys, "distinct keys (0: every event its own key)")
 	f.IntVar(&cfg.PayloadBytes, "payload-bytes", relaybench.DefaultPayloadBytes, "size of each event's JSON payload")
 	f.IntVar(&cfg.Relays, "relays", 1, "in-process relays, each with its own connection pool")
@@ -112,12 +145,17 @@ The database comes from --database-url, DATABASE_URL or database.url in
 	f.BoolVar(&cfg.PollOnly, "poll-only", false, "relay.poll_only: no LISTEN/NOTIFY")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, "relay.poll_interval (0: the relay's default)")
 	f.DurationVar(&cfg.Lease, "lease", 0, "relay.lease (0: the relay's default)")
-	f.IntVar(&cfg.Rate, "rate", relaybench.DefaultRate, "live: producers' total events/s (0: as fast as they can)")
-	f.IntVar(&cfg.Producers, "producers", relaybench.DefaultProducers, "live: producer goroutines")
-	f.IntVar(&cfg.TxEvents, "tx-events", 1, "live: events each producer transaction commits")
-	f.DurationVar(&cfg.Duration, "duration", relaybench.DefaultDuration, "live: how long producers run")
+	f.IntVar(&cfg.Rate, "rate", relaybench.DefaultRate, "live, isolation: producers' total events/s (0: as fast as they can)")
+	f.IntVar(&cfg.Producers, "producers", relaybench.DefaultProducers, "live, isolation: producer goroutines")
+	f.IntVar(&cfg.TxEvents, "tx-events", 1, "live, isolation: events each producer transaction commits")
+	f.DurationVar(&cfg.Duration, "duration", relaybench.DefaultDuration, "live, isolation: how long producers run (isolation: --outage-after + --outage + 2m by default)")
 	f.DurationVar(&cfg.Baseline, "baseline", 0, "live: first run the producers this long with no relay and compare commit rates")
 	f.DurationVar(&cfg.ReportEvery, "report-every", 0, "print events/s, latency, backlog, table size and dead tuples at this interval")
+	f.DurationVar(&cfg.Outage, "outage", 0, `outage, isolation: how long sink "down" refuses events (0: 60s for outage, 5m for isolation)`)
+	f.DurationVar(&cfg.OutageAfter, "outage-after", relaybench.DefaultOutageAfter, "isolation: when the outage begins, after the producers' start")
+	f.DurationVar(&cfg.PauseMax, "pause-max", 0, "relay.sink_pause.max: the longest wait between probes of a sink that is down (0: 1s for outage and isolation, else the relay's default)")
+	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "relay.backoff.max: the longest wait between retries of a failed event (0: 1s for hotkey, else the relay's default)")
+	f.IntVar(&cfg.HotEvents, "hot-events", relaybench.DefaultHotEvents, "hotkey: events of the hot key queued behind its failing head (0: no hot key, the run to compare with)")
 	f.StringVar(&sink, "sink", relaybench.SinkDiscard, "discard, nats (JetStream), kafka (in-process kfake) or webhook (in-process receiver)")
 	f.StringVar(&cfg.NATSURL, "nats-url", relaybench.DefaultNATSURL, "nats: JetStream server (a throwaway stream is created and deleted)")
 	f.BoolVar(&cfg.NATSEmbedded, "nats-embedded", false, "nats: start an in-process nats-server instead of --nats-url")

@@ -61,7 +61,13 @@ func TestBenchUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench", "--mode", "soak", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--mode: "soak" must be drain or live`},
+		{[]string{"bench", "--mode", "soak", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--mode: "soak" must be drain, live, outage, isolation or hotkey`},
+		{[]string{"bench", "--mode", "isolation", "--duration", "30s", "--database-url", "postgres://u@127.0.0.1:1/db"},
+			"--duration: 30s must be longer than --outage-after (1m0s) plus --outage (5m0s)"},
+		{[]string{"bench", "--mode", "outage", "--outage", "-1s", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--outage: must be positive"},
+		{[]string{"bench", "--mode", "hotkey", "--hot-events", "-1", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--hot-events"},
+		{[]string{"bench", "--pause-max", "-1s", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--pause-max"},
+		{[]string{"bench", "--backoff-max", "-1s", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--backoff-max"},
 		{[]string{"bench", "--sink", "email", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--sink: "email"`},
 		{[]string{"bench", "--schema", "x", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--schema: relay bench creates"},
 		{[]string{"bench"}, "--database-url: no database given"},
@@ -74,5 +80,104 @@ func TestBenchUsageErrors(t *testing.T) {
 				t.Fatalf("want exit 2 and %q, got\n%s", c.want, r)
 			}
 		})
+	}
+}
+
+func TestBenchOutageJSON(t *testing.T) {
+	t.Parallel()
+	url, _ := dbURL(t)
+	// 100 events per key: every queue is claimed whole.
+	r := runRelay(t, nil, "bench", "--mode", "outage", "--events", "1500", "--keys", "15", "--outage", "1s",
+		"--pause-max", "100ms", "--database-url", url, "--json")
+	if r.code != 0 {
+		t.Fatalf("relay bench:\n%s", r)
+	}
+	var res struct {
+		Mode   string `json:"mode"`
+		Events int    `json:"events"`
+		Outage *struct {
+			OutageS    float64  `json:"outage_s"`
+			PauseMaxS  float64  `json:"pause_max_s"`
+			QueueDepth *int64   `json:"queue_depth"`
+			CatchUpS   *float64 `json:"catch_up_s"`
+			Writes     struct {
+				Outbox     struct{ Inserted, Updated, Deleted, Writes int64 } `json:"outbox"`
+				Deliveries struct{ Inserted, Updated, Deleted, Writes int64 } `json:"deliveries"`
+				Total      int64                                              `json:"total"`
+				PerEvent   float64                                            `json:"per_event"`
+			} `json:"writes"`
+		} `json:"outage"`
+		Sinks []struct {
+			Name         string `json:"name"`
+			Verification struct {
+				Delivered int `json:"delivered"`
+			} `json:"verification"`
+		} `json:"sinks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("stdout is not the JSON result (%v):\n%s", err, r)
+	}
+	o := res.Outage
+	if res.Mode != "outage" || res.Events != 1500 || o == nil || o.OutageS < 1 || o.PauseMaxS != 0.1 || o.QueueDepth == nil || o.CatchUpS == nil {
+		t.Fatalf("result %+v\n%s", res, r)
+	}
+	if w := o.Writes; w.Outbox.Deleted != 1500 || w.Outbox.Writes != 1500 || w.Total <= 0 || w.PerEvent > 3 {
+		t.Fatalf("writes %+v\n%s", w, r)
+	}
+	if len(res.Sinks) != 2 || res.Sinks[0].Name != "up" || res.Sinks[1].Name != "down" ||
+		res.Sinks[0].Verification.Delivered != 1500 || res.Sinks[1].Verification.Delivered != 1500 {
+		t.Fatalf("sinks %+v", res.Sinks)
+	}
+}
+
+func TestBenchIsolationJSON(t *testing.T) {
+	t.Parallel()
+	url, _ := dbURL(t)
+	r := runRelay(t, nil, "bench", "--mode", "isolation", "--rate", "300", "--keys", "20", "--outage-after", "1s", "--outage", "1s",
+		"--duration", "3s", "--pause-max", "100ms", "--report-every", "500ms", "--database-url", url, "--json")
+	if r.code != 0 {
+		t.Fatalf("relay bench:\n%s", r)
+	}
+	var res struct {
+		Mode      string `json:"mode"`
+		Isolation *struct {
+			OutageAfterS float64         `json:"outage_after_s"`
+			OutageS      float64         `json:"outage_s"`
+			Before       json.RawMessage `json:"before_ms"`
+		} `json:"isolation"`
+		Intervals []struct {
+			Phase     string `json:"phase"`
+			DownQueue *int64 `json:"down_queue"`
+		} `json:"intervals"`
+		Verification struct {
+			Lost           int  `json:"lost"`
+			KeyOrderIntact bool `json:"key_order_intact"`
+		} `json:"verification"`
+		Sinks []json.RawMessage `json:"sinks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("stdout is not the JSON result (%v):\n%s", err, r)
+	}
+	iso := res.Isolation
+	if res.Mode != "isolation" || iso == nil || iso.OutageAfterS != 1 || iso.OutageS != 1 || len(iso.Before) == 0 ||
+		len(res.Sinks) != 2 || res.Verification.Lost != 0 || !res.Verification.KeyOrderIntact {
+		t.Fatalf("result %+v\n%s", res, r)
+	}
+	if len(res.Intervals) == 0 || res.Intervals[0].Phase != "before" || res.Intervals[0].DownQueue == nil {
+		t.Fatalf("intervals %+v\n%s", res.Intervals, r)
+	}
+}
+
+func TestBenchHotKeyText(t *testing.T) {
+	t.Parallel()
+	url, _ := dbURL(t)
+	r := runRelay(t, nil, "bench", "--mode", "hotkey", "--events", "1000", "--hot-events", "100", "--backoff-max", "100ms", "--database-url", url)
+	if r.code != 0 || !strings.Contains(r.stdout, "hot key k1000: 100 events queued behind a head that keeps failing") ||
+		!strings.Contains(r.stdout, "1000 events in ") || !strings.Contains(r.stdout, "verified: 1100 events, 0 lost") {
+		t.Fatalf("relay bench:\n%s", r)
+	}
+	r = runRelay(t, nil, "bench", "--mode", "hotkey", "--events", "500", "--hot-events", "0", "--database-url", url)
+	if r.code != 0 || !strings.Contains(r.stdout, "no hot key") || !strings.Contains(r.stdout, "verified: 500 events, 0 lost") {
+		t.Fatalf("relay bench --hot-events 0:\n%s", r)
 	}
 }

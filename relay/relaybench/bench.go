@@ -6,10 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"text/template"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,7 +40,9 @@ type Result struct {
 	Events int `json:"events"`
 	// ElapsedSeconds is the measured phase: from the backlog's commit to the
 	// last event recorded (drain), or from the producers' start to the last
-	// event recorded (live).
+	// event recorded (live, isolation). In hotkey, from the commit of the
+	// other keys' events until the outbox was found empty (polled every
+	// 5ms); in outage, until both tables were, the outage included.
 	ElapsedSeconds float64 `json:"elapsed_s"`
 	// EventsPerSecond is Events over ElapsedSeconds.
 	EventsPerSecond float64 `json:"events_per_s"`
@@ -46,11 +52,13 @@ type Result struct {
 	// trips (batches that claimed nothing are left out of Claim).
 	Claim *Percentiles `json:"claim_ms,omitempty"`
 	// Publish is the sink's Publish calls, when the engine reports them.
-	Publish    *Percentiles `json:"publish_ms,omitempty"`
-	Record     *Percentiles `json:"record_ms,omitempty"`
-	MeanBatch  float64      `json:"mean_batch"`
-	Failures   int64        `json:"failed_deliveries"`
-	CPUSeconds float64      `json:"cpu_s"`
+	Publish   *Percentiles `json:"publish_ms,omitempty"`
+	Record    *Percentiles `json:"record_ms,omitempty"`
+	MeanBatch float64      `json:"mean_batch"`
+	// Failures counts deliveries that failed: to retry, not sent because
+	// their sink was paused, or dead-lettered (relay.Observer.Failed).
+	Failures   int64   `json:"failed_deliveries"`
+	CPUSeconds float64 `json:"cpu_s"`
 	// CPUCores is CPUSeconds over ElapsedSeconds.
 	CPUCores float64 `json:"cpu_cores"`
 	// CPUScope says what CPUSeconds includes.
@@ -65,9 +73,28 @@ type Result struct {
 	// the measured phase began.
 	LanesSettled bool            `json:"lanes_settled"`
 	Producers    *ProducerResult `json:"producers,omitempty"`
-	Intervals    []Interval      `json:"intervals,omitempty"`
+	// Intervals are the reports every Config.ReportEvery.
+	Intervals []Interval `json:"intervals,omitempty"`
+	// Minutes are the reports of each minute of the producers' run
+	// (ModeIsolation).
+	Minutes []Interval `json:"minutes,omitempty"`
+	// Outage, Isolation and HotKey are the figures of their modes.
+	Outage    *OutageResult    `json:"outage,omitempty"`
+	Isolation *IsolationResult `json:"isolation,omitempty"`
+	HotKey    *HotKeyResult    `json:"hot_key,omitempty"`
 	// RowsLeft is the outbox rows left once the relays stopped.
-	RowsLeft     int64        `json:"rows_left"`
+	RowsLeft int64 `json:"rows_left"`
+	// Verification covers every sink: an event counts as delivered when
+	// every sink acknowledged it, and duplicates and order violations are
+	// summed over the sinks.
+	Verification Verification `json:"verification"`
+	// Sinks is each sink's own verification, when the route has several.
+	Sinks []SinkResult `json:"sinks,omitempty"`
+}
+
+// SinkResult is one sink of a run whose route has several.
+type SinkResult struct {
+	Name         string       `json:"name"`
 	Verification Verification `json:"verification"`
 }
 
@@ -98,7 +125,8 @@ type ProducerResult struct {
 	Ratio float64 `json:"ratio,omitempty"`
 }
 
-// Interval is one periodic report.
+// Interval is one periodic report. With two sinks, EventsPerSecond and the
+// latencies are the sink "up"'s.
 type Interval struct {
 	AtSeconds       float64 `json:"at_s"`
 	EventsPerSecond float64 `json:"events_per_s"`
@@ -108,6 +136,17 @@ type Interval struct {
 	TableBytes      int64   `json:"table_bytes"`
 	DeadTuples      int64   `json:"dead_tuples"`
 	CommitRate      float64 `json:"commit_rate,omitempty"`
+	// Phase places the interval against the outage (ModeOutage,
+	// ModeIsolation): before, during, after, or mixed when it spans the
+	// outage's start or end.
+	Phase string `json:"phase,omitempty"`
+	// P99Ratio is LatencyP99 over the p99 of the whole phase before the
+	// outage (ModeIsolation).
+	P99Ratio float64 `json:"p99_ratio,omitempty"`
+	// DownQueue is the deliveries waiting for the sink "down" at the
+	// interval's end; DownEventsPerSecond, the events it acknowledged.
+	DownQueue           *int64  `json:"down_queue,omitempty"`
+	DownEventsPerSecond float64 `json:"down_events_per_s,omitempty"`
 }
 
 // run is one benchmark run's state.
@@ -120,9 +159,19 @@ type run struct {
 	admin  *pgxpool.Pool
 	dest   *destinationEnv
 	origin time.Time
-	rec    *Recording
-	obs    *observer
-	res    *Result
+	// sinks are the route's sinks; rec is the first one's recording (the
+	// sink "bench", or "up"), whose latencies are reported.
+	sinks []*benchSink
+	rec   *Recording
+	obs   *observer
+	res   *Result
+	// appName is the application_name of every connection that writes the
+	// outbox or deliveries tables (relays, backlog inserts), so that the
+	// bench can wait for them to be gone before it reads their counters.
+	appName string
+	// outageFrom and outageTo bound the outage in nanoseconds since origin
+	// (0: none, or not begun or ended yet), to place interval reports.
+	outageFrom, outageTo atomic.Int64
 
 	// target is the number of distinct events whose delivery ends the
 	// measured phase; finished is closed (at finishedAt) once they are
@@ -136,6 +185,65 @@ type run struct {
 	commitNanos []int64 // live: by index, when tx.Commit returned; 0 = not committed
 }
 
+// benchSink is one sink of the run's route. Every relay has an instance of
+// it under the same name (as relays sharing a configuration do), and every
+// instance records into the sink's own Recording.
+type benchSink struct {
+	name string
+	rec  *Recording
+	// newSink makes the instance of one relay.
+	newSink func() (sinks.Sink, error)
+	// destination is the route's destination template for the sink (nil:
+	// the event's topic).
+	destination *template.Template
+	// fault, when not nil, makes the sink fail on purpose.
+	fault *fault
+}
+
+// addSink adds a sink to the run's route, with a Recording for events whose
+// index is below events.
+func (r *run) addSink(name string, events int, newSink func() (sinks.Sink, error), dest *template.Template, f *fault) *benchSink {
+	s := &benchSink{name: name, rec: newRecording(r.ids, r.origin, events), newSink: newSink, destination: dest, fault: f}
+	r.sinks = append(r.sinks, s)
+	if r.rec == nil {
+		r.rec = s.rec
+	}
+	return s
+}
+
+// sink returns the run's sink called name, or nil.
+func (r *run) sink(name string) *benchSink {
+	for _, s := range r.sinks {
+		if s.name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// runSink adds the run's sink type (Config.Sink) to the route as name.
+func (r *run) runSink(name string, events int, f *fault) *benchSink {
+	newSink := func() (sinks.Sink, error) { return r.dest.newSink(name) }
+	if f != nil {
+		newSink = func() (sinks.Sink, error) {
+			s, err := r.dest.newSink(name)
+			if err != nil {
+				return nil, err
+			}
+			return &faultSink{Sink: s, f: f}, nil
+		}
+	}
+	return r.addSink(name, events, newSink, r.dest.destination, f)
+}
+
+// downSink adds the sink "down" to the route: an in-process sink that
+// refuses every event while f is down and acknowledges them otherwise.
+func (r *run) downSink(events int, f *fault) *benchSink {
+	return r.addSink(SinkDown, events, func() (sinks.Sink, error) {
+		return &faultSink{Sink: sinks.NewDiscard(SinkDown), f: f}, nil
+	}, nil, f)
+}
+
 // Run performs one benchmark run as cfg describes and returns its result.
 // When the verification fails, it returns the Result and the verification's
 // error; other errors mean the run could not be carried out.
@@ -144,6 +252,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Reports, phase messages and the outage's goroutines write at once.
+	cfg.Progress = &lockedWriter{w: cfg.Progress}
 	var nonce [8]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return nil, fmt.Errorf("drawing the run's id: %w", err)
@@ -157,6 +267,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		obs:      &observer{},
 	}
 	r.tables = migrations.Tables{Schema: "herald_bench_" + r.name, Table: cfg.Table}
+	r.appName = "herald-bench-" + r.name
 	if err := r.tables.Validate(); err != nil {
 		return nil, fmt.Errorf("--table: %w", err)
 	}
@@ -197,16 +308,29 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.origin = time.Now()
 	switch cfg.Mode {
 	case ModeDrain:
-		r.rec = newRecording(r.ids, r.origin, cfg.Events)
+		r.runSink("bench", cfg.Events, nil)
 		err = r.drain(ctx)
 	case ModeLive:
-		r.rec = newRecording(r.ids, r.origin, cfg.liveCapacity())
+		r.runSink("bench", cfg.liveCapacity(), nil)
 		err = r.live(ctx)
+	case ModeOutage:
+		r.runSink(SinkUp, cfg.Events, nil)
+		r.downSink(cfg.Events, &fault{})
+		err = r.outage(ctx)
+	case ModeIsolation:
+		r.runSink(SinkUp, cfg.liveCapacity(), nil)
+		r.downSink(cfg.liveCapacity(), &fault{})
+		err = r.live(ctx)
+	case ModeHotKey:
+		r.runSink("bench", cfg.Events+cfg.HotEvents, &fault{key: keyName(hotKeyNumber(cfg))})
+		err = r.hotKey(ctx)
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.res.RecorderBytes = r.rec.bytes()
+	for _, s := range r.sinks {
+		r.res.RecorderBytes += s.rec.bytes()
+	}
 	if err := r.res.Verification.Err(); err != nil {
 		return r.res, err
 	}
@@ -272,27 +396,32 @@ type relays struct {
 	errs   chan error
 }
 
-// startRelays starts cfg.Relays relays, each with its own pool and sink.
+// startRelays starts cfg.Relays relays, each with its own pool and its own
+// instance of every sink.
 func (r *run) startRelays(ctx context.Context) (*relays, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	rs := &relays{cancel: cancel, errs: make(chan error, r.cfg.Relays)}
 	for i := range r.cfg.Relays {
-		// The relay's own session settings, as relay run uses them.
-		pool, err := newPool(ctx, r.cfg.DatabaseURL, 0, relay.ConfigurePool)
+		// The relay's own session settings, as relay run uses them, under
+		// the run's application name.
+		pool, err := newPool(ctx, r.cfg.DatabaseURL, 0, r.writerPool)
 		if err != nil {
 			rs.stop(ctx, r.log)
 			return nil, err
 		}
 		rs.pools = append(rs.pools, pool)
-		name := fmt.Sprintf("bench-%d", i)
-		inner, err := r.dest.newSink(name)
-		if err != nil {
-			rs.stop(ctx, r.log)
-			return nil, fmt.Errorf("creating %s sink %s: %w", r.cfg.Sink, name, err)
+		var targets []relay.Target
+		for _, s := range r.sinks {
+			inner, err := s.newSink()
+			if err != nil {
+				rs.stop(ctx, r.log)
+				return nil, fmt.Errorf("creating sink %s of relay %d: %w", s.name, i, err)
+			}
+			sink := &Recorder{Sink: inner, rec: s.rec}
+			rs.sinks = append(rs.sinks, sink)
+			targets = append(targets, relay.Target{Sink: sink, Destination: s.destination})
 		}
-		sink := &Recorder{Sink: inner, rec: r.rec}
-		rs.sinks = append(rs.sinks, sink)
-		rl, err := relay.New(pool, relay.Config{
+		rcfg := relay.Config{
 			Tables:          r.tables,
 			Owner:           fmt.Sprintf("bench-%s-%d", r.name, i),
 			BatchSize:       r.cfg.BatchSize,
@@ -301,10 +430,22 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 			PollInterval:    r.cfg.PollInterval,
 			PollOnly:        r.cfg.PollOnly,
 			ShutdownTimeout: 10 * time.Second,
-			Routes:          []relay.Route{{Topics: []string{"*"}, Targets: []relay.Target{{Sink: sink, Destination: r.dest.destination}}}},
+			Routes:          []relay.Route{{Topics: []string{"*"}, Targets: targets}},
 			Logger:          r.log,
 			Observer:        r.obs,
-		})
+		}
+		if m := r.cfg.PauseMax; m > 0 {
+			rcfg.SinkPause = relay.Backoff{Initial: min(time.Second, m), Max: m}
+		}
+		if m := r.cfg.BackoffMax; m > 0 {
+			rcfg.Backoff = relay.Backoff{Initial: min(time.Second, m), Max: m}
+		}
+		if r.cfg.Mode == ModeHotKey {
+			// The hot key's head keeps failing: it must not become a
+			// dead letter and let the key's queue move on.
+			rcfg.MaxAttempts = math.MaxInt32
+		}
+		rl, err := relay.New(pool, rcfg)
 		if err != nil {
 			rs.stop(ctx, r.log)
 			return nil, fmt.Errorf("starting relay %d: %w", i, err)
@@ -347,11 +488,20 @@ func (rs *relays) failed() error {
 	}
 }
 
+// writerPool configures the pool of a relay: the relay's session settings,
+// under the run's application name.
+func (r *run) writerPool(pc *pgxpool.Config) {
+	pc.ConnConfig.RuntimeParams["application_name"] = r.appName
+	relay.ConfigurePool(pc)
+}
+
 // runRelays starts the relays, reporting every recorded batch to
 // checkFinished (nothing finishes before the target is set), and waits until
 // they have shared out the lanes. stop may be called more than once.
 func (r *run) runRelays(ctx context.Context) (rs *relays, stop func(), err error) {
-	r.rec.onRecord = func(int) { r.checkFinished() }
+	for _, s := range r.sinks {
+		s.rec.onRecord = func(int) { r.checkFinished() }
+	}
 	r.obs.onRecorded = r.checkFinished
 	if rs, err = r.startRelays(ctx); err != nil {
 		return nil, nil, err
@@ -419,16 +569,27 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // checkFinished closes finished once target distinct events are delivered
-// and at least that many outcomes recorded.
+// to every sink and at least that many outcomes recorded.
 func (r *run) checkFinished() {
 	target := r.target.Load()
-	if target <= 0 || int64(r.rec.Unique()) < target || r.obs.recorded.Load() < target {
+	if target <= 0 || !r.delivered(target) || r.obs.recorded.Load() < target {
 		return
 	}
 	r.finishOnce.Do(func() {
 		r.finishedAt.Store(time.Since(r.origin).Nanoseconds())
 		close(r.finished)
 	})
+}
+
+// delivered reports whether every sink acknowledged at least n distinct
+// events of the run.
+func (r *run) delivered(n int64) bool {
+	for _, s := range r.sinks {
+		if int64(s.rec.Unique()) < n {
+			return false
+		}
+	}
+	return true
 }
 
 // waitFinished waits for finished, a relay failure or the timeout.
@@ -442,21 +603,52 @@ func (r *run) waitFinished(ctx context.Context, rs *relays, timeout time.Duratio
 	case err := <-rs.errs:
 		return err
 	case <-t.C:
-		fmt.Fprintf(r.cfg.Progress, "timed out after %s: %d of %d events delivered\n", timeout, r.rec.Unique(), r.target.Load())
+		fmt.Fprintf(r.cfg.Progress, "timed out after %s: %s of %d events delivered\n", timeout, r.uniqueText(), r.target.Load())
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
+// uniqueText is the distinct events each sink acknowledged.
+func (r *run) uniqueText() string {
+	if len(r.sinks) == 1 {
+		return strconv.Itoa(r.rec.Unique())
+	}
+	parts := make([]string, len(r.sinks))
+	for i, s := range r.sinks {
+		parts[i] = fmt.Sprintf("%s %d", s.name, s.rec.Unique())
+	}
+	return strings.Join(parts, ", ")
+}
+
 // insertSQL writes events $1 to $2 of the backlog; ids, keys and payload
-// follow idCodec and keyName.
+// follow idCodec and keyName. Every event has the key $6 when it is not
+// NULL.
 func (r *run) insertSQL() string {
 	return `INSERT INTO ` + r.tables.Outbox() + ` (id, topic, key, payload)
 SELECT ($5::text || lpad(to_hex(i), 16, '0'))::uuid, 'bench',
-       'k' || CASE WHEN $3::bigint > 0 THEN i % $3::bigint ELSE i END, $4::json
+       coalesce($6::text, 'k' || CASE WHEN $3::bigint > 0 THEN i % $3::bigint ELSE i END), $4::json
 FROM generate_series($1::bigint, $2::bigint) AS i
 ORDER BY i`
+}
+
+// insertEvents inserts the events of index lo to hi-1 in tx, in chunks,
+// over cfg.Keys keys, or all of key when it is not empty.
+func (r *run) insertEvents(ctx context.Context, tx pgx.Tx, lo, hi int, key string) error {
+	const chunk = 50_000
+	pl := payload(r.cfg.PayloadBytes)
+	var fixed *string
+	if key != "" {
+		fixed = &key
+	}
+	for from := lo; from < hi; from += chunk {
+		to := min(from+chunk, hi) - 1
+		if _, err := tx.Exec(ctx, r.insertSQL(), from, to, r.cfg.Keys, pl, r.ids.nonceHex(), fixed); err != nil {
+			return fmt.Errorf("inserting events %d to %d: %w", from, to, err)
+		}
+	}
+	return nil
 }
 
 func payload(size int) string {
@@ -480,13 +672,8 @@ func (r *run) drain(ctx context.Context) error {
 		return fmt.Errorf("inserting the backlog: %w", err)
 	}
 	defer tx.Rollback(ctx)
-	const chunk = 50_000
-	pl := payload(cfg.PayloadBytes)
-	for lo := 0; lo < cfg.Events; lo += chunk {
-		hi := min(lo+chunk, cfg.Events) - 1
-		if _, err := tx.Exec(ctx, r.insertSQL(), lo, hi, cfg.Keys, pl, r.ids.nonceHex()); err != nil {
-			return fmt.Errorf("inserting events %d to %d of the backlog: %w", lo, hi, err)
-		}
+	if err := r.insertEvents(ctx, tx, 0, cfg.Events, ""); err != nil {
+		return fmt.Errorf("inserting the backlog: %w", err)
 	}
 	// Fresh statistics, as autovacuum would have gathered for a backlog.
 	if _, err := tx.Exec(ctx, "ANALYZE "+r.tables.Outbox()); err != nil {
@@ -512,9 +699,12 @@ func (r *run) drain(ctx context.Context) error {
 	for i := range committed {
 		committed[i] = true
 	}
-	r.finish(ctx, committed, elapsed, cpu, "the whole process: relays, sink client and its in-process peer (kafka, nats --nats-embedded, webhook), recorder; not PostgreSQL")
+	r.finish(ctx, committed, elapsed, cpu, cpuScopeDrain)
 	return nil
 }
+
+// cpuScopeDrain is what the CPU time of a run without producers covers.
+const cpuScopeDrain = "the whole process: relays, sink client and its in-process peer (kafka, nats --nats-embedded, webhook), recorder; not PostgreSQL"
 
 // measurement is the measured phase of a run, from start (nanoseconds since
 // the run's origin) until every event's outcome is recorded.
@@ -569,7 +759,19 @@ func (r *run) finish(ctx context.Context, committed []bool, elapsedNanos int64, 
 		r.log.Warn("relaybench: counting rows left", "error", err)
 		res.RowsLeft = -1
 	}
-	res.Verification = Verify(r.rec.all(), committed)
+	if len(r.sinks) == 1 {
+		res.Verification = Verify(r.rec.all(), committed)
+		return
+	}
+	names, recordings := make([]string, len(r.sinks)), make([][]Record, len(r.sinks))
+	for i, s := range r.sinks {
+		names[i], recordings[i] = s.name, s.rec.all()
+	}
+	var each []Verification
+	res.Verification, each = verifyEach(names, recordings, committed)
+	for i, s := range r.sinks {
+		res.Sinks = append(res.Sinks, SinkResult{Name: s.name, Verification: each[i]})
+	}
 }
 
 func keysText(keys int) string {
@@ -577,6 +779,18 @@ func keysText(keys int) string {
 		return "one key per event"
 	}
 	return fmt.Sprintf("%d keys", keys)
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // warnHandler passes on warnings and errors only.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +34,17 @@ func run(t *testing.T, cfg relaybench.Config) *relaybench.Result {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 	}
 	v := res.Verification
-	if !v.OK() || v.Lost != 0 || !v.KeyOrderIntact || v.Events != res.Events || v.Delivered != res.Events {
+	want := res.Events // every event committed, the hot key's included
+	if res.HotKey != nil {
+		want += res.HotKey.HotEvents
+	}
+	if !v.OK() || v.Lost != 0 || !v.KeyOrderIntact || v.Events != want || v.Delivered != want {
 		t.Fatalf("verification %+v", v)
+	}
+	for _, s := range res.Sinks {
+		if sv := s.Verification; !sv.OK() || sv.Events != want || sv.Delivered != want {
+			t.Fatalf("sink %s: verification %+v", s.Name, sv)
+		}
 	}
 	var text bytes.Buffer
 	if err := res.WriteText(&text); err != nil {
@@ -182,5 +192,122 @@ func TestUnreachableNATS(t *testing.T) {
 		NATSURL: "nats://127.0.0.1:1", Events: 10})
 	if err == nil || !strings.Contains(err.Error(), "--nats-url: connecting to nats://127.0.0.1:1") {
 		t.Fatalf("want a NATS connection error, got %v", err)
+	}
+}
+
+// TestBenchOutage checks the outage mode's accounting: both sinks get every
+// event in key order, every outbox row leaves by one DELETE, and every
+// delivery written while "down" was down is deleted at the end.
+func TestBenchOutage(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		keys int
+		// whole: every queue (events / keys deliveries) fits a batch of
+		// the claim, a whole number of times: no queue is cut in two.
+		whole bool
+	}{
+		{name: "queues claimed whole", keys: 30, whole: true},
+		{name: "queues cut by the claim", keys: 50},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			const events = 3000
+			res := run(t, relaybench.Config{Mode: relaybench.ModeOutage, Events: events, Keys: c.keys, KeysSet: true,
+				Relays: 2, BatchSize: 500, Outage: 2 * time.Second, PauseMax: 100 * time.Millisecond, ReportEvery: 500 * time.Millisecond})
+			if len(res.Sinks) != 2 || res.Sinks[0].Name != relaybench.SinkUp || res.Sinks[1].Name != relaybench.SinkDown {
+				t.Fatalf("sinks %+v", res.Sinks)
+			}
+			o := res.Outage
+			if o == nil || o.OutageSeconds < 2 || o.PauseMaxSeconds != 0.1 {
+				t.Fatalf("outage %+v", o)
+			}
+			w := o.Writes
+			if w.Outbox.Inserted != events || w.Outbox.Updated != 0 || w.Outbox.Deleted != events || w.Outbox.Writes != events ||
+				w.Deliveries.Inserted > events || w.Deliveries.Inserted != w.Deliveries.Deleted {
+				t.Fatalf("writes %+v", w)
+			}
+			if w.Total != w.Outbox.Writes+w.Deliveries.Writes || w.PerEvent != float64(w.Total)/events {
+				t.Fatalf("writes %+v", w)
+			}
+			// Beyond the insert and delete of each delivery, the only
+			// writes are the promotions of a new head where a claim took
+			// part of a queue: at most one per claimed batch.
+			if res.Claim == nil || w.Deliveries.Updated > int64(res.Claim.Count) {
+				t.Fatalf("%d deliveries updated in %+v claims", w.Deliveries.Updated, res.Claim)
+			}
+			if c.whole && w.PerEvent > 3 {
+				t.Fatalf("%.4f row writes per event, want at most 3: %+v", w.PerEvent, w)
+			}
+			if res.RowsLeft != 0 {
+				t.Fatalf("%d rows left", res.RowsLeft)
+			}
+			for _, iv := range res.Intervals {
+				if iv.DownQueue == nil || iv.Phase == "" || iv.Phase == "before" {
+					t.Fatalf("interval %+v", iv)
+				}
+			}
+			var text bytes.Buffer
+			if err := res.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"row writes (pg_stat_user_tables", "per event", "sink up: verified: 3000 events", "sink down: verified: 3000 events"} {
+				if !strings.Contains(text.String(), want) {
+					t.Fatalf("text lacks %q:\n%s", want, text.String())
+				}
+			}
+		})
+	}
+}
+
+// TestBenchIsolation runs live producers to two sinks, one of which is down for
+// a second, and checks that both got every event in key order and that the
+// reports say where the outage was.
+func TestBenchIsolation(t *testing.T) {
+	t.Parallel()
+	res := run(t, relaybench.Config{Mode: relaybench.ModeIsolation, Rate: 400, Keys: 20, Duration: 3500 * time.Millisecond,
+		OutageAfter: time.Second, Outage: time.Second, PauseMax: 100 * time.Millisecond, ReportEvery: 500 * time.Millisecond})
+	iso := res.Isolation
+	if iso == nil || iso.OutageAfterSeconds != 1 || iso.OutageSeconds != 1 || iso.Before == nil || res.Latency == nil {
+		t.Fatalf("isolation %+v, latency %+v", iso, res.Latency)
+	}
+	if len(res.Sinks) != 2 || len(res.Intervals) < 2 {
+		t.Fatalf("sinks %+v, %d intervals", res.Sinks, len(res.Intervals))
+	}
+	for _, iv := range res.Intervals {
+		if iv.DownQueue == nil || iv.Phase == "" {
+			t.Fatalf("interval %+v", iv)
+		}
+	}
+	if res.Intervals[0].Phase != "before" || res.Intervals[len(res.Intervals)-1].Phase != "after" {
+		t.Fatalf("intervals %+v", res.Intervals)
+	}
+	var text bytes.Buffer
+	if err := res.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "sink up before the outage") || !strings.Contains(text.String(), "sink down: verified") {
+		t.Fatalf("text:\n%s", text.String())
+	}
+}
+
+// TestBenchHotKey queues a key's events behind a failing head, drains the other
+// keys beside it, then heals the key: every event arrives, in key order.
+func TestBenchHotKey(t *testing.T) {
+	t.Parallel()
+	for _, hot := range []int{300, 0} {
+		t.Run(fmt.Sprint(hot), func(t *testing.T) {
+			t.Parallel()
+			res := run(t, relaybench.Config{Mode: relaybench.ModeHotKey, Events: 2000, Keys: 20, BatchSize: 200,
+				HotEvents: hot, HotEventsSet: true, BackoffMax: 100 * time.Millisecond})
+			h := res.HotKey
+			if h == nil || h.HotEvents != hot || h.Key != "k20" || res.Events != 2000 || res.Claim == nil || res.EventsPerSecond <= 0 {
+				t.Fatalf("result %+v, hot key %+v", res, h)
+			}
+			if res.Verification.Events != 2000+hot || res.RowsLeft != 0 {
+				t.Fatalf("verification %+v, %d rows left", res.Verification, res.RowsLeft)
+			}
+		})
 	}
 }

@@ -18,6 +18,26 @@ const (
 	ModeDrain Mode = "drain"
 	// ModeLive measures commit-to-publish latency under a steady load.
 	ModeLive Mode = "live"
+	// ModeOutage measures what an outage of one sink costs the database:
+	// the row writes per event of a backlog that waits for a sink that is
+	// down, and the time that sink takes to catch up once it is back.
+	ModeOutage Mode = "outage"
+	// ModeIsolation measures live traffic to two sinks while one of them is
+	// down for a while: the healthy sink's latency, minute by minute,
+	// before, during and after the outage.
+	ModeIsolation Mode = "isolation"
+	// ModeHotKey times the drain of a backlog while one key's events wait
+	// behind a head that keeps failing.
+	ModeHotKey Mode = "hotkey"
+)
+
+// Sink names of the modes with two sinks (ModeOutage, ModeIsolation): "up"
+// is the run's sink type (Config.Sink), "down" an in-process sink that
+// refuses every event with sinks.Unavailable while the outage lasts and
+// acknowledges them afterwards.
+const (
+	SinkUp   = "up"
+	SinkDown = "down"
 )
 
 // Sink types a run can publish to.
@@ -38,10 +58,13 @@ type Config struct {
 	Table string
 	// Keep leaves the run's schema in place instead of dropping it.
 	Keep bool
-	// Mode is ModeDrain or ModeLive. Defaults to ModeDrain.
+	// Mode is ModeDrain, ModeLive, ModeOutage, ModeIsolation or
+	// ModeHotKey. Defaults to ModeDrain.
 	Mode Mode
 
-	// Events is the backlog drained in ModeDrain. Defaults to 200,000.
+	// Events is the backlog committed in ModeDrain, ModeOutage and
+	// ModeHotKey (the events of the other keys). Defaults to 200,000, and to
+	// 100,000 in ModeHotKey.
 	Events int
 	// Keys is the number of distinct keys; 0 gives every event its own key.
 	// Defaults to 1,000 (set KeysSet to use 0).
@@ -72,7 +95,8 @@ type Config struct {
 	// TxEvents is the number of events each producer transaction commits.
 	// Defaults to 1.
 	TxEvents int
-	// Duration is how long producers run in ModeLive. Defaults to 30s.
+	// Duration is how long producers run in ModeLive and ModeIsolation.
+	// Defaults to 30s, and in ModeIsolation to OutageAfter + Outage + 2m.
 	Duration time.Duration
 	// Baseline, when positive, first runs the producers for this long with
 	// no relay and reports their commit rate next to the rate with relays.
@@ -107,6 +131,31 @@ type Config struct {
 	// Defaults to 8.
 	KafkaPartitions int
 
+	// Outage is how long the sink "down" refuses events: from the backlog's
+	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
+	// 60s in ModeOutage and 5m in ModeIsolation.
+	Outage time.Duration
+	// OutageAfter is when the outage of ModeIsolation begins, counted from
+	// the producers' start. Defaults to 1m.
+	OutageAfter time.Duration
+	// PauseMax caps relay.Config.SinkPause, the spacing of the probes of a
+	// sink that is down (its first pause is the smaller of 1s and PauseMax).
+	// Defaults to 1s in ModeOutage and ModeIsolation, and to the relay's
+	// default otherwise.
+	PauseMax time.Duration
+	// BackoffMax caps relay.Config.Backoff, the spacing of retries of a
+	// failed event (its first retry waits the smaller of 1s and BackoffMax).
+	// Defaults to 1s in ModeHotKey, and to the relay's default otherwise.
+	BackoffMax time.Duration
+	// HotEvents is the number of events of one key queued, before the
+	// measured phase of ModeHotKey, behind a head its sink keeps failing
+	// with a retryable error; 0 gives the run to compare with. Defaults to
+	// 10,000 (set HotEventsSet to use 0).
+	HotEvents int
+	// HotEventsSet means HotEvents was given, so that 0 is taken as "no hot
+	// key" rather than "use the default".
+	HotEventsSet bool
+
 	// Timeout bounds the wait for deliveries after the load is in (the
 	// whole drain, or the tail after live producers stop). Defaults to 5m.
 	Timeout time.Duration
@@ -134,6 +183,23 @@ const (
 	maxLiveEvents = 50_000_000
 )
 
+// Defaults of the failure modes.
+const (
+	DefaultHotKeyEvents    = 100_000
+	DefaultHotEvents       = 10_000
+	DefaultOutage          = 60 * time.Second
+	DefaultIsolationOutage = 5 * time.Minute
+	DefaultOutageAfter     = time.Minute
+	// DefaultFailurePause is PauseMax in ModeOutage and ModeIsolation, and
+	// BackoffMax in ModeHotKey: outages end promptly and heads are retried
+	// often, the harder case for the healthy traffic.
+	DefaultFailurePause = time.Second
+
+	// isolationTail is how long the producers of ModeIsolation run after
+	// the outage by default.
+	isolationTail = 2 * time.Minute
+)
+
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	if c.Table == "" {
@@ -144,6 +210,27 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Events == 0 {
 		c.Events = DefaultEvents
+		if c.Mode == ModeHotKey {
+			c.Events = DefaultHotKeyEvents
+		}
+	}
+	if c.HotEvents == 0 && !c.HotEventsSet {
+		c.HotEvents = DefaultHotEvents
+	}
+	if c.Outage == 0 {
+		c.Outage = DefaultOutage
+		if c.Mode == ModeIsolation {
+			c.Outage = DefaultIsolationOutage
+		}
+	}
+	if c.OutageAfter == 0 {
+		c.OutageAfter = DefaultOutageAfter
+	}
+	if c.PauseMax == 0 && (c.Mode == ModeOutage || c.Mode == ModeIsolation) {
+		c.PauseMax = DefaultFailurePause
+	}
+	if c.BackoffMax == 0 && c.Mode == ModeHotKey {
+		c.BackoffMax = DefaultFailurePause
 	}
 	if c.Keys == 0 && !c.KeysSet {
 		c.Keys = DefaultKeys
@@ -165,6 +252,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Duration == 0 {
 		c.Duration = DefaultDuration
+		if c.Mode == ModeIsolation && c.Outage > 0 && c.OutageAfter > 0 {
+			c.Duration = c.OutageAfter + c.Outage + isolationTail
+		}
 	}
 	if c.Sink == "" {
 		c.Sink = SinkDiscard
@@ -199,8 +289,8 @@ func (c Config) Validate() error {
 		return errors.New("--database-url: not a valid PostgreSQL connection string")
 	}
 	switch {
-	case c.Mode != ModeDrain && c.Mode != ModeLive:
-		return fmt.Errorf("--mode: %q must be drain or live", c.Mode)
+	case !c.Mode.valid():
+		return fmt.Errorf("--mode: %q must be drain, live, outage, isolation or hotkey", c.Mode)
 	case c.Events < 1:
 		return fmt.Errorf("--events: must be at least 1, got %d", c.Events)
 	case c.Keys < 0:
@@ -227,6 +317,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--report-every: must not be negative, got %s", c.ReportEvery)
 	case c.Timeout <= 0:
 		return fmt.Errorf("--timeout: must be positive, got %s", c.Timeout)
+	case c.Outage < 0:
+		return fmt.Errorf("--outage: must be positive, got %s", c.Outage)
+	case c.OutageAfter < 0:
+		return fmt.Errorf("--outage-after: must be positive, got %s", c.OutageAfter)
+	case c.PauseMax < 0:
+		return fmt.Errorf("--pause-max: must not be negative, got %s", c.PauseMax)
+	case c.BackoffMax < 0:
+		return fmt.Errorf("--backoff-max: must not be negative, got %s", c.BackoffMax)
+	case c.HotEvents < 0:
+		return fmt.Errorf("--hot-events: must not be negative, got %d", c.HotEvents)
+	case c.Mode == ModeIsolation && c.Duration <= c.OutageAfter+c.Outage:
+		return fmt.Errorf("--duration: %s must be longer than --outage-after (%s) plus --outage (%s)", c.Duration, c.OutageAfter, c.Outage)
 	case c.KafkaPartitions < 1:
 		return fmt.Errorf("--kafka-partitions: must be at least 1, got %d", c.KafkaPartitions)
 	}
@@ -235,7 +337,10 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("--sink: %q must be discard, nats, kafka or webhook", c.Sink)
 	}
-	if c.Mode == ModeLive {
+	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
+		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)
+	}
+	if c.Mode == ModeLive || c.Mode == ModeIsolation {
 		if n := c.liveCapacity(); n > maxLiveEvents {
 			return fmt.Errorf("--rate, --duration: %d events to track, at most %d", n, maxLiveEvents)
 		}
@@ -245,6 +350,17 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+func (m Mode) valid() bool {
+	switch m {
+	case ModeDrain, ModeLive, ModeOutage, ModeIsolation, ModeHotKey:
+		return true
+	}
+	return false
+}
+
+// live reports whether producers commit while the relays run.
+func (m Mode) live() bool { return m == ModeLive || m == ModeIsolation }
 
 // liveCapacity is the number of events a live run may commit (with room for
 // producers running slightly ahead of schedule).

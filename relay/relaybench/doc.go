@@ -16,8 +16,27 @@
 //     relays run, and the latency of each event is the sink's
 //     acknowledgement time minus the time tx.Commit returned.
 //
+// Three modes measure the failure path. ModeOutage and ModeIsolation route
+// every event to two sinks, "up" (the run's sink type) and "down" (an
+// in-process sink that refuses every event with sinks.Unavailable while its
+// outage lasts):
+//
+//   - ModeOutage commits a backlog while "down" is down, keeps it down for
+//     Config.Outage, then brings it back and waits until the outbox and
+//     deliveries tables are empty. It reports the tables' row writes from
+//     pg_stat_user_tables (the events' own INSERT excluded), read once every
+//     session that wrote them has ended, and the catch-up time.
+//   - ModeIsolation runs ModeLive's producers while "down" is down from
+//     Config.OutageAfter for Config.Outage, and reports the healthy sink's
+//     latency per minute, before, during and after the outage, next to the
+//     down sink's queue depth.
+//   - ModeHotKey queues one key's events behind a head its sink keeps
+//     failing with a retryable error, then times the drain of a backlog of
+//     the other keys and reports the claims' durations; afterwards the key
+//     heals and its events are delivered.
+//
 // Every run ends with Verify: each committed event must have been
-// acknowledged at least once, and, per key, the first deliveries must follow
-// the events' seq order. Event ids encode a per-run nonce and the event's
+// acknowledged at least once, by every sink, and, per key and sink, the first
+// deliveries must follow the events' seq order. Event ids encode a per-run nonce and the event's
 // index, so the Recorder keeps a few dozen bytes per delivery and no map.
 package relaybench

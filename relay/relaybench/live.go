@@ -56,11 +56,21 @@ func (r *run) live(ctx context.Context) error {
 	if cfg.Rate > 0 {
 		rate = fmt.Sprintf("%d events/s", cfg.Rate)
 	}
-	fmt.Fprintf(cfg.Progress, "live: %d producers at %s for %s, %d relay(s)...\n", cfg.Producers, rate, cfg.Duration, cfg.Relays)
+	fmt.Fprintf(cfg.Progress, "%s: %d producers at %s for %s, %d relay(s)...\n", cfg.Mode, cfg.Producers, rate, cfg.Duration, cfg.Relays)
 	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes producers, the recorder and the in-process sink peer")
-	stopReports := r.startReports(ctx, m.start, func() int64 { return r.committed.Load() })
+	committedSoFar := func() int64 { return r.committed.Load() }
+	stopReports := r.startReports(ctx, m.start, committedSoFar)
+	var iso *isolation
+	if cfg.Mode == ModeIsolation {
+		iso = r.startIsolation(ctx, m.start, committedSoFar)
+	}
 	p := &producers{r: r, writer: writer, pool: prodPool}
 	n, elapsed := p.run(ctx, cfg.Duration)
+	producersEnd := time.Since(r.origin).Nanoseconds()
+	if iso != nil {
+		iso.producersStopped()
+		defer iso.stop()
+	}
 	r.res.Producers.Errors += p.errors.Load()
 	r.res.Producers.CommitRate = float64(n) / elapsed.Seconds()
 	if b := r.res.Producers.BaselineCommitRate; b > 0 {
@@ -81,6 +91,9 @@ func (r *run) live(ctx context.Context) error {
 	}
 	r.finish(ctx, committed, measured, cpu, "the whole process: relays, producers, sink client and its in-process peer, recorder; not PostgreSQL")
 	r.res.Latency = r.latencies(r.rec.all())
+	if iso != nil {
+		iso.finish(producersEnd)
+	}
 	return nil
 }
 

@@ -55,6 +55,15 @@ func (o *observer) SinkPublish(_ string, events int, took time.Duration) {
 
 func (o *observer) Failed(string, string, string) { o.failed.Add(1) }
 
+// reset forgets the timings and counts so far: a measured phase begins.
+func (o *observer) reset() {
+	o.mu.Lock()
+	o.claims, o.records, o.publishes, o.claimed = nil, nil, nil, 0
+	o.mu.Unlock()
+	o.recorded.Store(0)
+	o.failed.Store(0)
+}
+
 func (o *observer) summary() (claim, publish, record *Percentiles, meanBatch float64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

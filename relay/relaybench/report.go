@@ -12,10 +12,18 @@ import (
 // function is called. committed, when not nil, counts the producers'
 // commits. Latencies are reported for live runs (commit times known).
 func (r *run) startReports(ctx context.Context, startNanos int64, committed func() int64) (stop func()) {
-	every := r.cfg.ReportEvery
+	return r.startIntervals(ctx, r.cfg.ReportEvery, startNanos, committed, &r.res.Intervals, "")
+}
+
+// startIntervals appends an Interval to out, and writes its line (after
+// label) to Progress, every `every` until the returned function is called.
+// every <= 0 reports nothing.
+func (r *run) startIntervals(ctx context.Context, every time.Duration, startNanos int64, committed func() int64,
+	out *[]Interval, label string) (stop func()) {
 	if every <= 0 {
 		return func() {}
 	}
+	down := r.sink(SinkDown)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -24,9 +32,9 @@ func (r *run) startReports(ctx context.Context, startNanos int64, committed func
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		var (
-			pos, lastUnique int
-			lastCommitted   int64
-			last            = time.Now()
+			pos, lastUnique, lastDown int
+			lastCommitted             int64
+			last                      = time.Since(r.origin).Nanoseconds()
 		)
 		for {
 			select {
@@ -36,17 +44,17 @@ func (r *run) startReports(ctx context.Context, startNanos int64, committed func
 				return
 			case <-tick.C:
 			}
-			now := time.Now()
-			secs := now.Sub(last).Seconds()
-			last = now
+			now := time.Since(r.origin).Nanoseconds()
+			secs := float64(now-last) / 1e9
 			var recs []Record
 			recs, pos = r.rec.since(pos)
 			unique := r.rec.Unique()
 			iv := Interval{
-				AtSeconds:       float64(time.Since(r.origin).Nanoseconds()-startNanos) / 1e9,
+				AtSeconds:       float64(now-startNanos) / 1e9,
 				EventsPerSecond: float64(unique-lastUnique) / secs,
+				Phase:           r.phase(last, now),
 			}
-			lastUnique = unique
+			last, lastUnique = now, unique
 			if committed != nil {
 				c := committed()
 				iv.CommitRate = float64(c-lastCommitted) / secs
@@ -58,14 +66,55 @@ func (r *run) startReports(ctx context.Context, startNanos int64, committed func
 			if err := r.tableStats(ctx, &iv); err != nil {
 				r.log.Warn("relaybench: reading table statistics", "error", err)
 			}
-			r.res.Intervals = append(r.res.Intervals, iv)
-			fmt.Fprintln(r.cfg.Progress, iv.String())
+			if down != nil {
+				u := down.rec.Unique()
+				iv.DownEventsPerSecond = float64(u-lastDown) / secs
+				lastDown = u
+				if n, err := r.queueDepth(ctx, SinkDown); err != nil {
+					r.log.Warn("relaybench: reading the queue of the sink down", "error", err)
+				} else {
+					iv.DownQueue = &n
+				}
+			}
+			*out = append(*out, iv)
+			fmt.Fprintln(r.cfg.Progress, label+iv.String())
 		}
 	}()
 	return func() {
 		close(done)
 		wg.Wait()
 	}
+}
+
+// phase places the span from..to (nanoseconds since origin) against the
+// outage: "" when the run has none. A span overlapping the outage's start
+// or end by less than a fiftieth of its length (a report's timer firing a
+// little late) is not "mixed".
+func (r *run) phase(from, to int64) string {
+	begin, end := r.outageFrom.Load(), r.outageTo.Load()
+	slack := (to - from) / 50
+	from, to = from+slack, to-slack
+	switch {
+	case begin == 0:
+		return ""
+	case to <= begin:
+		return "before"
+	case end != 0 && from >= end:
+		return "after"
+	case from >= begin && (end == 0 || to <= end):
+		return "during"
+	}
+	return "mixed"
+}
+
+// queueDepth counts the deliveries waiting for sink (dead letters
+// included; the bench makes none).
+func (r *run) queueDepth(ctx context.Context, sink string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var n int64
+	err := r.admin.QueryRow(ctx, `SELECT count(*) FROM `+r.tables.Deliveries()+` WHERE sink = $1`, sink).Scan(&n)
+	return n, err
 }
 
 // intervalLatencies is ack minus commit for the records of one interval
@@ -100,7 +149,14 @@ func (iv Interval) String() string {
 	if iv.CommitRate > 0 || iv.LatencyP50 > 0 {
 		s += fmt.Sprintf("  p50 %7.2fms  p99 %7.2fms  commits %7.0f/s", iv.LatencyP50, iv.LatencyP99, iv.CommitRate)
 	}
-	return s + fmt.Sprintf("  backlog %8d  table %s  dead tuples %d", iv.Backlog, mib(iv.TableBytes), iv.DeadTuples)
+	s += fmt.Sprintf("  backlog %8d  table %s  dead tuples %d", iv.Backlog, mib(iv.TableBytes), iv.DeadTuples)
+	if iv.DownQueue != nil {
+		s += fmt.Sprintf("  down: queue %d, %.0f ev/s", *iv.DownQueue, iv.DownEventsPerSecond)
+	}
+	if iv.Phase != "" {
+		s += "  (" + iv.Phase + ")"
+	}
+	return s
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

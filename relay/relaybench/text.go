@@ -3,20 +3,39 @@ package relaybench
 import (
 	"fmt"
 	"io"
+	"time"
 )
 
 // WriteText writes the result for people: settings, throughput, latency,
 // per-batch timings, CPU, memory and the verification line.
 func (res *Result) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
-	ew.printf("mode %s, sink %s, %d relay(s) × %d worker(s), batch size %d, %s, %d-byte payloads%s\n",
-		res.Mode, res.Sink, res.Relays, res.Workers, res.BatchSize, keysText(res.Keys), res.PayloadBytes, pollText(res.PollOnly))
+	sinkText := "sink " + res.Sink
+	if res.Mode == ModeOutage || res.Mode == ModeIsolation {
+		sinkText = fmt.Sprintf("sinks %s (%s) and %s (in-process, refusing every event during the outage)", SinkUp, res.Sink, SinkDown)
+	}
+	ew.printf("mode %s, %s, %d relay(s) × %d worker(s), batch size %d, %s, %d-byte payloads%s\n",
+		res.Mode, sinkText, res.Relays, res.Workers, res.BatchSize, keysText(res.Keys), res.PayloadBytes, pollText(res.PollOnly))
 	if !res.LanesSettled {
 		ew.printf("note: the relays had not shared out the lanes when the measurement began\n")
 	}
-	ew.printf("%d events in %.3fs: %.0f events/s\n", res.Events, res.ElapsedSeconds, res.EventsPerSecond)
+	if h := res.HotKey; h != nil {
+		writeHotKey(ew, h)
+	}
+	if o := res.Outage; o != nil {
+		writeOutage(ew, res.Events, o)
+	} else {
+		ew.printf("%d events in %.3fs: %.0f events/s\n", res.Events, res.ElapsedSeconds, res.EventsPerSecond)
+	}
 	if p := res.Latency; p != nil {
-		ew.printf("commit-to-publish latency: p50 %.2fms  p90 %.2fms  p99 %.2fms  max %.2fms\n", p.P50, p.P90, p.P99, p.Max)
+		who := ""
+		if res.Isolation != nil {
+			who = " (sink up)"
+		}
+		ew.printf("commit-to-publish latency%s: p50 %.2fms  p90 %.2fms  p99 %.2fms  max %.2fms\n", who, p.P50, p.P90, p.P99, p.Max)
+	}
+	if iso := res.Isolation; iso != nil {
+		writeIsolation(ew, iso, res.Minutes)
 	}
 	if p := res.Producers; p != nil {
 		perTx := "one event per transaction"
@@ -42,7 +61,7 @@ func (res *Result) WriteText(w io.Writer) error {
 		ew.printf("record: %d batches, p50 %.2fms  p99 %.2fms  max %.2fms\n", p.Count, p.P50, p.P99, p.Max)
 	}
 	if res.Failures > 0 {
-		ew.printf("failed deliveries (retried): %d\n", res.Failures)
+		ew.printf("failed deliveries (to retry, paused or dead): %d\n", res.Failures)
 	}
 	ew.printf("cpu: %.2fs (%.2f cores) — %s\n", res.CPUSeconds, res.CPUCores, res.CPUScope)
 	ew.printf("peak RSS: %s over %s; the recorder holds %s of it at most\n", mib(res.PeakRSSBytes), res.RSSScope, mib(res.RecorderBytes))
@@ -53,8 +72,83 @@ func (res *Result) WriteText(w io.Writer) error {
 	for _, p := range res.Verification.Problems {
 		ew.printf("  %s\n", p)
 	}
+	for _, s := range res.Sinks {
+		ew.printf("  sink %s: %s\n", s.Name, s.Verification)
+	}
 	return ew.err
 }
+
+func writeOutage(ew *errWriter, events int, o *OutageResult) {
+	ew.printf("%d events committed; sink down refused them for %.1fs (sink pause at most %s): %d publish calls refused\n",
+		events, o.OutageSeconds, seconds(o.PauseMaxSeconds), o.Probes)
+	if o.QueuedSeconds > 0 {
+		ew.printf("queued in %.3fs: every event on up, the outbox empty\n", o.QueuedSeconds)
+	} else {
+		ew.printf("not all queued when the outage ended\n")
+	}
+	ew.printf("%d deliveries waited for down when it came back", o.QueueDepth)
+	if o.CatchUpSeconds > 0 {
+		ew.printf("; it caught up in %.3fs (%.0f events/s to it), both tables empty", o.CatchUpSeconds, o.CatchUpEventsPerSecond)
+	}
+	ew.printf("\n")
+	w := o.Writes
+	ew.printf("row writes (pg_stat_user_tables, the events' own INSERT excluded):\n")
+	for _, t := range []struct {
+		name string
+		w    TableWrites
+	}{{"outbox", w.Outbox}, {"deliveries", w.Deliveries}} {
+		ew.printf("  %-10s  %9d inserted  %9d updated  %9d deleted  = %9d\n", t.name, t.w.Inserted, t.w.Updated, t.w.Deleted, t.w.Writes)
+	}
+	ew.printf("  total %d: %.4f per event\n", w.Total, w.PerEvent)
+}
+
+func writeIsolation(ew *errWriter, iso *IsolationResult, minutes []Interval) {
+	ew.printf("sink down refused every event from %.0fs to %.0fs (sink pause at most %s), %d publish calls\n",
+		iso.OutageAfterSeconds, iso.OutageAfterSeconds+iso.OutageSeconds, seconds(iso.PauseMaxSeconds), iso.Probes)
+	ew.printf("its queue: %d deliveries when it came back, %d at most", iso.QueueAtHeal, iso.PeakQueue)
+	if iso.CatchUpSeconds > 0 {
+		ew.printf(", empty %.1fs later", iso.CatchUpSeconds)
+	} else {
+		ew.printf(", not seen empty before the run ended")
+	}
+	ew.printf("\n")
+	for _, ph := range []struct {
+		name string
+		p    *Percentiles
+	}{{"before", iso.Before}, {"during", iso.During}, {"after", iso.After}} {
+		if ph.p != nil {
+			ew.printf("sink up %s the outage: %d events, p50 %.2fms  p90 %.2fms  p99 %.2fms  max %.2fms\n",
+				ph.name, ph.p.Count, ph.p.P50, ph.p.P90, ph.p.P99, ph.p.Max)
+		}
+	}
+	if len(minutes) > 0 {
+		ew.printf("per minute: sink up's p50 and p99 (and the p99 over the p99 before the outage), sink down's queue at the minute's end\n")
+		for _, m := range minutes {
+			queue := int64(-1)
+			if m.DownQueue != nil {
+				queue = *m.DownQueue
+			}
+			ew.printf("  %5.0fs  %-6s  p50 %7.2fms  p99 %7.2fms  ×%.2f  queue %d\n", m.AtSeconds, m.Phase, m.LatencyP50, m.LatencyP99, m.P99Ratio, queue)
+		}
+		ew.printf("worst minute from the outage on: p99 ×%.2f the p99 before it\n", iso.WorstMinuteP99Ratio)
+	}
+}
+
+func writeHotKey(ew *errWriter, h *HotKeyResult) {
+	if h.HotEvents == 0 {
+		ew.printf("no hot key (the run to compare with)\n")
+		return
+	}
+	ew.printf("hot key %s: %d events queued behind a head that keeps failing (retries at most %s apart), refused %d times during the measured phase",
+		h.Key, h.HotEvents, seconds(h.BackoffMaxSeconds), h.HeadAttempts)
+	if h.HealSeconds > 0 {
+		ew.printf("; healed afterwards, its queue delivered in %.3fs", h.HealSeconds)
+	}
+	ew.printf("\n")
+}
+
+// seconds formats a number of seconds as a duration ("1s", "250ms").
+func seconds(s float64) string { return time.Duration(s * float64(time.Second)).String() }
 
 func pollText(pollOnly bool) string {
 	if pollOnly {

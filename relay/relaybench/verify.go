@@ -35,6 +35,54 @@ const maxProblems = 10
 // delivery of each event, the events of each key must arrive in ascending
 // seq order.
 func Verify(records []Record, committed []bool) Verification {
+	v, _ := verify(records, committed)
+	return v
+}
+
+// verifyEach verifies each sink's records (recordings[i] is those of the
+// sink called names[i]) and the run as a whole: an event is delivered when
+// every sink acknowledged it, lost otherwise; duplicates, order violations
+// and unexpected events are summed over the sinks, and the problems are the
+// sinks' own, prefixed with their name.
+func verifyEach(names []string, recordings [][]Record, committed []bool) (Verification, []Verification) {
+	each := make([]Verification, len(recordings))
+	everywhere := make([]int, len(committed)) // sinks that acknowledged each event
+	for i, records := range recordings {
+		var seen []bool
+		each[i], seen = verify(records, committed)
+		for idx, ok := range seen {
+			if ok {
+				everywhere[idx]++
+			}
+		}
+	}
+	v := Verification{}
+	for idx, c := range committed {
+		if !c {
+			continue
+		}
+		v.Events++
+		if everywhere[idx] == len(recordings) {
+			v.Delivered++
+		}
+	}
+	v.Lost = v.Events - v.Delivered
+	for i, e := range each {
+		v.Duplicates += e.Duplicates
+		v.Unexpected += e.Unexpected
+		v.OrderViolations += e.OrderViolations
+		for _, p := range e.Problems {
+			if len(v.Problems) < maxProblems {
+				v.Problems = append(v.Problems, fmt.Sprintf("sink %s: %s", names[i], p))
+			}
+		}
+	}
+	v.KeyOrderIntact = v.OrderViolations == 0
+	return v, each
+}
+
+// verify is Verify, also returning which events were delivered.
+func verify(records []Record, committed []bool) (Verification, []bool) {
 	v := Verification{}
 	for _, c := range committed {
 		if c {
@@ -84,7 +132,7 @@ func Verify(records []Record, committed []bool) Verification {
 		}
 	}
 	v.KeyOrderIntact = v.OrderViolations == 0
-	return v
+	return v, seen
 }
 
 // OK reports whether nothing was lost, out of order or unexpected.

@@ -156,6 +156,12 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Relays = 65 }, "--relays"},
 		{func(c *Config) { c.Sink = "email" }, `--sink: "email"`},
 		{func(c *Config) { c.Mode = ModeLive; c.Rate = 10_000_000; c.Duration = time.Hour }, "--rate, --duration"},
+		{func(c *Config) { c.Mode = ModeOutage; c.Outage = -time.Second }, "--outage: must be positive"},
+		{func(c *Config) { c.OutageAfter = -time.Second }, "--outage-after"},
+		{func(c *Config) { c.PauseMax = -time.Second }, "--pause-max"},
+		{func(c *Config) { c.BackoffMax = -time.Second }, "--backoff-max"},
+		{func(c *Config) { c.Mode = ModeHotKey; c.HotEvents = -1 }, "--hot-events"},
+		{func(c *Config) { c.Mode = ModeIsolation; c.Duration = 5 * time.Minute }, "--duration: 5m0s must be longer than --outage-after (1m0s) plus --outage (5m0s)"},
 	}
 	for _, c := range cases {
 		cfg := base
@@ -170,6 +176,67 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if cfg := (Config{KeysSet: true}).WithDefaults(); cfg.Keys != 0 {
 		t.Fatalf("Keys 0 given explicitly became %d", cfg.Keys)
+	}
+	if cfg := (Config{Mode: ModeHotKey, HotEventsSet: true}).WithDefaults(); cfg.HotEvents != 0 || cfg.Events != DefaultHotKeyEvents ||
+		cfg.BackoffMax != time.Second || cfg.PauseMax != 0 {
+		t.Fatalf("hotkey defaults: %+v", cfg)
+	}
+	if cfg := (Config{Mode: ModeOutage}).WithDefaults(); cfg.Outage != time.Minute || cfg.PauseMax != time.Second ||
+		cfg.Events != DefaultEvents || cfg.BackoffMax != 0 {
+		t.Fatalf("outage defaults: %+v", cfg)
+	}
+	if cfg := (Config{Mode: ModeIsolation, OutageAfter: 30 * time.Second}).WithDefaults(); cfg.Outage != 5*time.Minute ||
+		cfg.Duration != 30*time.Second+5*time.Minute+2*time.Minute || cfg.PauseMax != time.Second {
+		t.Fatalf("isolation defaults: %+v", cfg)
+	}
+	for _, mode := range []Mode{ModeDrain, ModeLive, ModeOutage, ModeIsolation, ModeHotKey} {
+		if err := (Config{DatabaseURL: base.DatabaseURL, Mode: mode}).WithDefaults().Validate(); err != nil {
+			t.Errorf("defaults of mode %s: %v", mode, err)
+		}
+	}
+}
+
+func TestVerifyEach(t *testing.T) {
+	t.Parallel()
+	rec := func(idx, seq int64) Record { return Record{Index: idx, Seq: seq, Key: 0} }
+	// Sink a has every event in order, once; sink b lacks event 2, has
+	// event 0 twice and event 1 out of order.
+	a := []Record{rec(0, 10), rec(1, 11), rec(2, 12)}
+	b := []Record{rec(1, 11), rec(0, 10), rec(0, 10)}
+	v, each := verifyEach([]string{"a", "b"}, [][]Record{a, b}, all(3))
+	if !each[0].OK() || each[1].Lost != 1 || each[1].Duplicates != 1 || each[1].OrderViolations != 1 {
+		t.Fatalf("each sink: %+v", each)
+	}
+	if v.Events != 3 || v.Delivered != 2 || v.Lost != 1 || v.Duplicates != 1 || v.OrderViolations != 1 || v.KeyOrderIntact || v.OK() {
+		t.Fatalf("whole: %+v", v)
+	}
+	if len(v.Problems) == 0 || !strings.HasPrefix(v.Problems[0], "sink b: ") {
+		t.Fatalf("problems %q", v.Problems)
+	}
+}
+
+func TestFaultSink(t *testing.T) {
+	t.Parallel()
+	f := &fault{key: "hot"}
+	s := &faultSink{Sink: sinks.NewDiscard("d"), f: f}
+	events := []sinks.Event{{Key: "a"}, {Key: "hot"}, {Key: "b"}, {Key: "hot"}}
+	if errs := s.Publish(context.Background(), events); errors.Join(errs...) != nil {
+		t.Fatalf("healthy: %v", errs)
+	}
+	f.keyFails.Store(true)
+	errs := s.Publish(context.Background(), events)
+	if errs[0] != nil || !errors.Is(errs[1], errHotKey) || errs[2] != nil || !errors.Is(errs[3], sinks.ErrSkipped) ||
+		sinks.IsUnavailable(errs[1]) || sinks.IsPermanent(errs[1]) || f.keyRefused.Load() != 1 {
+		t.Fatalf("hot key failing: %v", errs)
+	}
+	f.down.Store(true)
+	for i, err := range s.Publish(context.Background(), events) {
+		if !sinks.IsUnavailable(err) {
+			t.Fatalf("down: event %d: %v", i, err)
+		}
+	}
+	if f.refused.Load() != 1 {
+		t.Fatalf("%d calls refused, want 1", f.refused.Load())
 	}
 }
 
