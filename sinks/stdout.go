@@ -54,8 +54,8 @@ func (s *Stdout) Publish(_ context.Context, events []Event) []error {
 			line.Destination = e.Destination
 		}
 		if IsJSON(e.ContentType) {
-			if !json.Valid(e.Payload) {
-				errs[i] = Permanent(fmt.Errorf("event %s: payload is not valid JSON", e.ID))
+			if err := CheckJSON(e.Payload); err != nil {
+				errs[i] = Permanent(fmt.Errorf("event %s: %w", e.ID, err))
 				continue
 			}
 			line.Payload = json.RawMessage(e.Payload)

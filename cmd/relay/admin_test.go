@@ -107,6 +107,9 @@ routes: [{topics: ["*"], sinks: [hook]}]
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
+		if method == http.MethodPost {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +106,40 @@ routes: [{topics: ["*"], sinks: [console]}]
 	p.waitLine(t, p.stdout, id, 20*time.Second)
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.output())
+	}
+}
+
+// TestRunWarnsAboutReadableInlineSecrets: a configuration file that group
+// and others may read (mode 0644) and that holds a database password and an
+// admin token written inline makes `relay run` log a warning, through its
+// own logger, naming the file, its mode and the keys, never the values.
+func TestRunWarnsAboutReadableInlineSecrets(t *testing.T) {
+	t.Parallel()
+	const password, token = "Readable-Pa55-77", "Readable-T0ken-77"
+	path := writeConfig(t, `
+database: {url: "postgres://postgres:`+password+`@127.0.0.1:1/test?connect_timeout=2"}
+log: {format: json}
+admin: {listen: "127.0.0.1:0", token: `+token+`}
+sinks: [{name: console, type: stdout}]
+routes: [{topics: ["*"], sinks: [console]}]
+`)
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "run", "--config", path)
+	line := p.waitLine(t, p.stderr, "secrets written inline", 10*time.Second)
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatalf("warning is not a JSON log line: %s", line)
+	}
+	if rec["level"] != "WARN" || rec["file"] != path || rec["mode"] != "0644" ||
+		fmt.Sprint(rec["keys"]) != "[database.url admin.token]" {
+		t.Fatalf("warning lacks level, file, mode or keys: %s", line)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.output())
+	}
+	if out := p.output(); strings.Contains(out, password) || strings.Contains(out, token) {
+		t.Fatalf("a secret was printed:\n%s", out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os/signal"
 	"syscall"
 	"time"
@@ -47,6 +48,9 @@ exits at once.`,
 }
 
 func (s *setup) run(ctx context.Context) error {
+	for _, w := range s.file.Warnings() {
+		s.logger.LogAttrs(ctx, slog.LevelWarn, w.Message, w.Attrs...)
+	}
 	pool, err := s.connectRetrying(ctx)
 	if err != nil {
 		return err

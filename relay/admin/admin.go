@@ -17,6 +17,26 @@
 // The /dlq endpoints require "Authorization: Bearer <token>" when a token is
 // configured, compared in constant time. A token is required whenever the
 // server listens on anything but a loopback address.
+//
+// # Browsers
+//
+// Without a token, any page a browser on the same machine opens could
+// otherwise reach the API. So the /dlq endpoints refuse, with 403 and a JSON
+// error naming the reason:
+//
+//   - when no token is configured, a request whose Host is not a loopback
+//     name (localhost, 127.0.0.0/8, ::1, with any port): a page on a
+//     domain that resolves to 127.0.0.1 (DNS rebinding) sends its own name;
+//   - a POST whose Origin header is present and is not this server's own
+//     (http:// or https:// followed by the request's Host).
+//
+// A POST whose Content-Type is not application/json is refused with 415:
+// a page can send text/plain across origins without a preflight, never
+// application/json. A POST body that repeats a key in one object (compared
+// as encoding/json matches fields, ignoring case) is refused with 400 naming
+// the key, rather than letting the last one silently win. GET /dlq and GET
+// /dlq/{id} answer 405 to other methods, and /dlq/replay and /dlq/purge to
+// anything but POST, with an Allow header.
 package admin
 
 import (
@@ -26,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/netip"
@@ -33,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/sinks"
@@ -154,10 +176,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Metrics != nil {
 		s.mux.Handle("GET /metrics", deps.Metrics)
 	}
-	s.mux.Handle("GET /dlq", s.authorized(s.dlqList))
-	s.mux.Handle("GET /dlq/{id}", s.authorized(s.dlqShow))
-	s.mux.Handle("POST /dlq/replay", s.authorized(s.dlqReplay))
-	s.mux.Handle("POST /dlq/purge", s.authorized(s.dlqPurge))
+	// Methods are checked by hand, not in the patterns: "GET /dlq/{id}"
+	// would also answer GET /dlq/replay, and the mux's own 405 is not JSON.
+	s.mux.Handle("/dlq", s.authorized(allow(s.dlqList, http.MethodGet, http.MethodHead)))
+	s.mux.Handle("/dlq/{id}", s.authorized(allow(s.dlqShow, http.MethodGet, http.MethodHead)))
+	s.mux.Handle("/dlq/replay", s.authorized(allow(s.changing(s.dlqReplay), http.MethodPost)))
+	s.mux.Handle("/dlq/purge", s.authorized(allow(s.changing(s.dlqPurge), http.MethodPost)))
 	return s, nil
 }
 
@@ -243,11 +267,19 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, out)
 }
 
-// authorized requires the bearer token, when one is configured.
+// authorized requires the bearer token when one is configured, and a
+// loopback Host when none is (see the package documentation).
 func (s *Server) authorized(h http.HandlerFunc) http.Handler {
 	want := []byte(s.cfg.Token.Reveal())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(want) > 0 {
+		if len(want) == 0 {
+			if !loopbackHost(r.Host) {
+				s.log.WarnContext(r.Context(), "admin: request refused: Host is not a loopback name", "host", clip(r.Host), "remote", r.RemoteAddr)
+				writeError(w, http.StatusForbidden, fmt.Sprintf("Host %q is not a loopback name: without admin.token the API only answers "+
+					"requests addressed to localhost, 127.0.0.1 or [::1] (this refuses DNS rebinding)", clip(r.Host)))
+				return
+			}
+		} else {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="herald-admin"`)
@@ -257,6 +289,75 @@ func (s *Server) authorized(h http.HandlerFunc) http.Handler {
 		}
 		h(w, r)
 	})
+}
+
+// loopbackHost reports whether a Host header names this machine: localhost
+// or a loopback IP, with or without a port. The port is not checked: a
+// tunnel (ssh -L) may forward another one.
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// allow answers 405, with an Allow header, to a request whose method is
+// not one of methods.
+func allow(h http.HandlerFunc, methods ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !slices.Contains(methods, r.Method) {
+			list := strings.Join(methods, ", ")
+			w.Header().Set("Allow", list)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed here (allowed: %s)", r.Method, list))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// changing guards a request that changes state against a browser sending
+// it from another origin: its Origin, when present, must be this server's,
+// and its body must be declared application/json, a type no page can send
+// across origins without a preflight this server never answers.
+func (s *Server) changing(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for _, o := range r.Header.Values("Origin") {
+			if !strings.EqualFold(o, "http://"+r.Host) && !strings.EqualFold(o, "https://"+r.Host) {
+				s.log.WarnContext(r.Context(), "admin: request refused: cross-origin", "origin", clip(o), "host", clip(r.Host), "remote", r.RemoteAddr)
+				writeError(w, http.StatusForbidden, fmt.Sprintf("Origin %q is not this server's (http://%s): cross-origin requests are refused", clip(o), clip(r.Host)))
+				return
+			}
+		}
+		ct := r.Header.Get("Content-Type")
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			s.log.WarnContext(r.Context(), "admin: request refused: not application/json", "content_type", clip(ct), "remote", r.RemoteAddr)
+			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: the body must be sent as application/json", clip(ct)))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// maxShown bounds a request header quoted in a log or an error: the
+// client's text, possibly hostile.
+const maxShown = 200
+
+// clip returns s cut to maxShown bytes on a rune boundary, with an ellipsis
+// when cut.
+func clip(s string) string {
+	if len(s) <= maxShown {
+		return s
+	}
+	cut := maxShown
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

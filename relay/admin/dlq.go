@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -186,9 +185,7 @@ type errBadRequest struct{ error }
 
 func (s *Server) operate(w http.ResponseWriter, r *http.Request, op, done string, run func(Selection, deadletter.Filter) (deadletter.Result, error)) {
 	var sel Selection
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&sel); err != nil {
+	if err := decodeBody(http.MaxBytesReader(w, r.Body, maxBody), &sel); err != nil {
 		writeError(w, http.StatusBadRequest, "body: "+err.Error())
 		return
 	}

@@ -36,6 +36,10 @@ type File struct {
 
 	sinks  []sinkSpec
 	routes []routeSpec
+	// inlineSecrets are the key paths of the secrets written in the file
+	// rather than taken from the environment.
+	inlineSecrets []string
+	warnings      []Warning
 }
 
 // Database is the database section.
@@ -182,7 +186,18 @@ func Load(path string, env func(string) (string, bool)) (*File, error) {
 	if len(data) > maxFileSize {
 		return nil, fmt.Errorf("config %s: larger than %d bytes", path, maxFileSize)
 	}
-	return Parse(path, data, env)
+	file, err := Parse(path, data, env)
+	if err != nil {
+		return nil, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading config %s: %w", path, err)
+	}
+	if w, ok := readableSecrets(path, info.Mode(), file.inlineSecrets); ok {
+		file.warnings = append(file.warnings, w)
+	}
+	return file, nil
 }
 
 // Parse is Load for a configuration already in memory; name is used in
@@ -203,7 +218,7 @@ func parse(data []byte, env func(string) (string, bool)) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &decoder{expanded: map[*yaml.Node]string{}}
+	d := &decoder{expanded: map[*yaml.Node]string{}, fromEnv: map[*yaml.Node]bool{}}
 	if err := d.expandNode(root, "", env); err != nil {
 		return nil, err
 	}
@@ -253,6 +268,13 @@ func parse(data []byte, env func(string) (string, bool)) (*File, error) {
 	}
 	if err := f.relayConfig(placeholders).WithDefaults().Validate(); err != nil {
 		return nil, err
+	}
+	// A connection string is a secret only for its password.
+	hasPassword := urlPassword(raw.Database.URL.Reveal()) != ""
+	for _, p := range d.inlineSecrets {
+		if p != "database.url" || hasPassword {
+			f.inlineSecrets = append(f.inlineSecrets, p)
+		}
 	}
 	return f, nil
 }

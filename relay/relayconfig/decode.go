@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/heraldhq/herald/sinks"
 )
 
 // fieldError is a configuration error at a key path ("relay.lease"), with
@@ -50,6 +52,7 @@ var (
 	nodeType        = reflect.TypeFor[yaml.Node]()
 	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 	textType        = reflect.TypeFor[encoding.TextUnmarshaler]()
+	secretType      = reflect.TypeFor[sinks.Secret]()
 )
 
 // decoder decodes YAML nodes strictly into Go values.
@@ -58,6 +61,12 @@ type decoder struct {
 	// from the environment: errors quote it instead of the value, which may
 	// be a secret.
 	expanded map[*yaml.Node]string
+	// fromEnv marks the values that took their text from the environment
+	// and none from a default written in the file.
+	fromEnv map[*yaml.Node]bool
+	// inlineSecrets are the key paths of the non-empty secrets (sinks.Secret
+	// fields) written in the file itself, in file order.
+	inlineSecrets []string
 }
 
 // decode decodes n into out (settable), strictly: an unknown or repeated key,
@@ -88,6 +97,9 @@ func (d *decoder) decode(n *yaml.Node, out reflect.Value, path string) error {
 	}
 	if isNull(n) {
 		return nil
+	}
+	if t == secretType && n.Kind == yaml.ScalarNode && n.Value != "" && !d.fromEnv[n] {
+		d.inlineSecrets = append(d.inlineSecrets, path)
 	}
 	switch t.Kind() {
 	case reflect.Pointer:

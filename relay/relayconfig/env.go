@@ -14,7 +14,8 @@ import (
 // reference or YAML structure. Plain scalars whose text changed have their
 // tag resolved again, so "batch_size: ${BATCH}" decodes as an integer.
 //
-// The original text of every changed value is recorded in d.expanded.
+// The original text of every changed value is recorded in d.expanded, and
+// the values that took their text from the environment in d.fromEnv.
 func (d *decoder) expandNode(n *yaml.Node, path string, env func(string) (string, bool)) error {
 	switch n.Kind {
 	case yaml.DocumentNode:
@@ -36,9 +37,12 @@ func (d *decoder) expandNode(n *yaml.Node, path string, env func(string) (string
 			}
 		}
 	case yaml.ScalarNode:
-		out, err := expand(n.Value, env)
+		out, fromEnv, err := expand(n.Value, env)
 		if err != nil {
 			return fieldErr(n, path, err.Error())
+		}
+		if fromEnv {
+			d.fromEnv[n] = true
 		}
 		if out != n.Value {
 			d.expanded[n] = n.Value
@@ -54,17 +58,20 @@ func (d *decoder) expandNode(n *yaml.Node, path string, env func(string) (string
 }
 
 // expand performs the substitution on one value. "$${" stands for a literal
-// "${"; a "$" not followed by "{" is kept as is.
-func expand(s string, env func(string) (string, bool)) (string, error) {
+// "${"; a "$" not followed by "{" is kept as is. fromEnv reports whether
+// the value took text from the environment and none from a default written
+// in the file: a secret given so is not written in the file.
+func expand(s string, env func(string) (string, bool)) (out string, fromEnv bool, err error) {
 	if !strings.Contains(s, "${") {
-		return s, nil
+		return s, false, nil
 	}
 	var b strings.Builder
+	fromVars, fromDefaults := false, false
 	for {
 		i := strings.Index(s, "${")
 		if i < 0 {
 			b.WriteString(s)
-			return b.String(), nil
+			return b.String(), fromVars && !fromDefaults, nil
 		}
 		if i > 0 && s[i-1] == '$' {
 			b.WriteString(s[:i]) // "$${" keeps one "$" (already written) and "{"
@@ -75,22 +82,24 @@ func expand(s string, env func(string) (string, bool)) (string, error) {
 		b.WriteString(s[:i])
 		end := strings.IndexByte(s[i:], '}')
 		if end < 0 {
-			return "", fmt.Errorf("unterminated ${ (write $${ for a literal ${)")
+			return "", false, fmt.Errorf("unterminated ${ (write $${ for a literal ${)")
 		}
 		ref := s[i+2 : i+end]
 		s = s[i+end+1:]
 		name, def, hasDefault := strings.Cut(ref, ":-")
 		if !validEnvName(name) {
-			return "", fmt.Errorf("%q is not a valid environment variable name in ${...}", truncate(name, 40))
+			return "", false, fmt.Errorf("%q is not a valid environment variable name in ${...}", truncate(name, 40))
 		}
 		v, ok := env(name)
 		switch {
 		case hasDefault && (!ok || v == ""):
 			b.WriteString(def)
+			fromDefaults = fromDefaults || def != ""
 		case !ok:
-			return "", fmt.Errorf("environment variable %s is not set (write ${%s:-default} to give a default)", name, name)
+			return "", false, fmt.Errorf("environment variable %s is not set (write ${%s:-default} to give a default)", name, name)
 		default:
 			b.WriteString(v)
+			fromVars = true
 		}
 	}
 }

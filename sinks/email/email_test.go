@@ -310,6 +310,10 @@ func write(t *testing.T, dir, name, content string) {
 	}
 }
 
+// TestBadPayloadsArePermanent covers hostile payloads, among them JSON
+// nested one level past sinks.MaxJSONDepth (stored by PostgreSQL, refused by
+// encoding/json), whose error must say it nests too deep rather than that it
+// is not a JSON object.
 func TestBadPayloadsArePermanent(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, serverOpts{})
@@ -333,7 +337,8 @@ func TestBadPayloadsArePermanent(t *testing.T) {
 		ctype   string
 		want    string
 	}{
-		{"not JSON", []byte("{oops"), "", "payload is not a JSON object"},
+		{"not JSON", []byte("{oops"), "", "payload is not valid JSON: invalid character 'o'"},
+		{"nested too deep", []byte(`{"to":` + strings.Repeat("[", sinks.MaxJSONDepth) + strings.Repeat("]", sinks.MaxJSONDepth) + `}`), "", "deeper than 10000 levels"},
 		{"array", []byte(`[1]`), "", "payload is not a JSON object"},
 		{"trailing data", []byte(`{"to":"a@example.com"} {}`), "", "data after the object"},
 		{"not JSON content type", []byte("x"), "text/plain", `content type "text/plain" is not JSON`},

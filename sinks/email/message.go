@@ -96,6 +96,9 @@ func (s *Sink) render(e sinks.Event) (*message, error) {
 	dec.UseNumber() // render numbers as written: 12.50 stays 12.50
 	var data map[string]any
 	if err := dec.Decode(&data); err != nil {
+		if bad := sinks.CheckJSON(e.Payload); bad != nil {
+			return nil, fail("%w", bad) // says why: syntax, or nesting too deep
+		}
 		return nil, fail("payload is not a JSON object: %w", err)
 	}
 	if data == nil {

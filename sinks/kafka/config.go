@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -77,6 +78,62 @@ type Config struct {
 	// the broker allows it too). Defaults to false: publishing to a topic
 	// that does not exist fails, and is retried.
 	AllowAutoTopicCreation bool `yaml:"allow_auto_topic_creation"`
+	// AllowTopicPrefixes lets events be produced to internal topics (names
+	// starting with "__", such as __consumer_offsets), each prefix named
+	// explicitly ("__audit"); every entry must start with "__". Without it
+	// such a destination fails permanently: an event's destination comes
+	// from event data, and Kafka's own topics are not a place for events.
+	// Defaults to none.
+	AllowTopicPrefixes []string `yaml:"allow_topic_prefixes"`
+}
+
+// Kafka's rules for topic names (kafka.common.internals.Topic).
+const (
+	// maxTopicLength is the longest legal topic name.
+	maxTopicLength = 249
+	// internalTopicPrefix starts the topics Kafka and its clients keep for
+	// themselves (__consumer_offsets, __transaction_state).
+	internalTopicPrefix = "__"
+)
+
+// checkTopicName reports why name is not a legal Kafka topic name: empty,
+// "." or "..", longer than 249 bytes, or holding a byte other than
+// a-z A-Z 0-9 . _ -.
+func checkTopicName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("the topic name is empty")
+	case name == "." || name == "..":
+		return fmt.Errorf("%q is not a legal Kafka topic name", name)
+	case len(name) > maxTopicLength:
+		return fmt.Errorf("the topic name is %d bytes long; Kafka allows at most %d", len(name), maxTopicLength)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
+			continue
+		}
+		return fmt.Errorf("the topic name holds %q at byte %d; Kafka topic names hold only a-z A-Z 0-9 . _ -", name[i:i+1], i)
+	}
+	return nil
+}
+
+// checkTopic refuses, as a permanent error, a destination Kafka would
+// refuse or that names an internal topic no prefix in allowed covers.
+func checkTopic(topic string, allowed []string) error {
+	if err := checkTopicName(topic); err != nil {
+		return sinks.Permanent(err)
+	}
+	if !strings.HasPrefix(topic, internalTopicPrefix) {
+		return nil
+	}
+	for _, p := range allowed {
+		if strings.HasPrefix(topic, p) {
+			return nil
+		}
+	}
+	return sinks.Permanent(fmt.Errorf("topics starting with %s are Kafka's internal topics: not produced to "+
+		"(name a prefix of it in allow_topic_prefixes to produce there)", internalTopicPrefix))
 }
 
 // SASLConfig is the sasl section of Config.
@@ -149,6 +206,13 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageBytes < 0 {
 		errs = append(errs, fmt.Errorf("max_message_bytes: %d is negative", c.MaxMessageBytes))
+	}
+	for i, p := range c.AllowTopicPrefixes {
+		if !strings.HasPrefix(p, internalTopicPrefix) {
+			errs = append(errs, fmt.Errorf("allow_topic_prefixes[%d]: %q does not start with %s; only internal topics need allowing", i, p, internalTopicPrefix))
+		} else if err := checkTopicName(p); err != nil {
+			errs = append(errs, fmt.Errorf("allow_topic_prefixes[%d]: %w", i, err))
+		}
 	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		errs = append(errs, err)

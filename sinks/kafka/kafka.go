@@ -40,8 +40,20 @@
 // request fail with it. So a consumer never sees an event of K after a later
 // one of K, except for the redelivered duplicates of at-least-once delivery.
 //
+// # Topics
+//
+// An event's destination comes from event data (its topic, or a route's
+// template over its fields), so it is checked before anything is sent: a
+// name Kafka would refuse (empty, "." or "..", over 249 bytes, a byte other
+// than a-z A-Z 0-9 . _ -) fails permanently, and so does an internal topic
+// (a name starting with "__": __consumer_offsets, __transaction_state)
+// unless a prefix of it is listed in allow_topic_prefixes. The error names
+// the topic and, for internal topics, the option.
+//
 // # Errors
 //
+//   - An event to a topic refused by the rules above is permanent
+//     (dead-lettered), and nothing is sent for it.
 //   - An event over max_message_bytes, or a single record the broker rejects
 //     as too large, is permanent (dead-lettered): retrying cannot shrink it.
 //   - Connection refused, DNS and TLS failures, refused SASL authentication,
@@ -213,6 +225,13 @@ func (s *Sink) fill(r *round, events []sinks.Event, start int, errs []error, fai
 		e := &events[i]
 		if e.Key != "" && failed[e.Key] {
 			errs[i] = wrap(*e, sinks.ErrSkipped)
+			continue
+		}
+		if err := checkTopic(e.Destination, s.cfg.AllowTopicPrefixes); err != nil {
+			errs[i] = wrap(*e, err)
+			if e.Key != "" {
+				failed[e.Key] = true
+			}
 			continue
 		}
 		m := encode(*e)

@@ -401,6 +401,86 @@ func TestBrokerRejectsTooLargePerEvent(t *testing.T) {
 	}
 }
 
+// TestHostileTopicsArePermanentBeforeSending covers destinations taken from
+// event data that Kafka refuses or keeps for itself: names with white space,
+// a slash, NUL, CRLF or a non-ASCII letter, ".", "..", the empty name, 250
+// bytes, and internal topics (__consumer_offsets, __transaction_state, and
+// one that exists on the broker). Each fails permanently, naming the topic,
+// without being sent: the internal topic stays empty until
+// allow_topic_prefixes names it, the refusal comes even with no broker
+// answering, and the later events of a refused event's key are skipped.
+func TestHostileTopicsArePermanentBeforeSending(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	addr := c.ListenAddrs()[0]
+	longest := strings.Repeat("t", 249)
+	createTopic(t, c, longest, 1, nil)
+	createTopic(t, c, "__herald_internal", 1, nil)
+	s := newSink(t, Config{Brokers: []string{addr}})
+
+	illegal := map[string]string{
+		"": "empty", ".": "not a legal", "..": "not a legal", strings.Repeat("t", 250): "at most 249",
+		"a b": "a-z A-Z 0-9 . _ -", "a/b": "a-z A-Z 0-9 . _ -", "a\x00b": "a-z A-Z 0-9 . _ -",
+		"orders\r\nx": "a-z A-Z 0-9 . _ -", "tópico": "a-z A-Z 0-9 . _ -",
+		"__consumer_offsets": "allow_topic_prefixes", "__transaction_state": "allow_topic_prefixes",
+		"__herald_internal": "allow_topic_prefixes",
+	}
+	var events []sinks.Event
+	for topic := range illegal {
+		events = append(events, sinktest.Event(topic, "k-"+topic, []byte(`{}`)))
+	}
+	later := sinktest.Event(longest, "k-__herald_internal", []byte(`{}`)) // behind a refused event of its key
+	fits := sinktest.Event(longest, "fits", []byte(`{}`))
+	errs := publish(t, s, append(events, later, fits))
+	for i, e := range events {
+		err := errs[i]
+		if !sinks.IsPermanent(err) || sinks.IsUnavailable(err) {
+			t.Errorf("topic %q: %v, want permanent", e.Destination, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("%q", e.Destination)) || !strings.Contains(msg, illegal[e.Destination]) {
+			t.Errorf("topic %q: error %q does not name the topic and say %q", e.Destination, msg, illegal[e.Destination])
+		}
+	}
+	if !errors.Is(errs[len(events)], sinks.ErrSkipped) {
+		t.Fatalf("later event of a refused key: %v, want ErrSkipped", errs[len(events)])
+	}
+	if errs[len(events)+1] != nil {
+		t.Fatalf("a 249-byte topic name: %v", errs[len(events)+1])
+	}
+	if got := all(readTopic(t, addr, "__herald_internal", nil)); len(got) != 0 {
+		t.Fatalf("internal topic holds %d records, want none", len(got))
+	}
+	if got := all(readTopic(t, addr, longest, nil)); len(got) != 1 || header(got[0], HeaderID) != fits.ID {
+		t.Fatalf("249-byte topic holds %d records, want only %s", len(got), fits.ID)
+	}
+
+	allowed := newSink(t, Config{Brokers: []string{addr}, AllowTopicPrefixes: []string{"__herald"}})
+	internal := sinktest.Event("__herald_internal", "", []byte(`{}`))
+	errs = publish(t, allowed, []sinks.Event{internal, sinktest.Event("__consumer_offsets", "", []byte(`{}`))})
+	if errs[0] != nil {
+		t.Fatalf("internal topic under an allowed prefix: %v", errs[0])
+	}
+	if !sinks.IsPermanent(errs[1]) {
+		t.Fatalf("__consumer_offsets with only __herald allowed: %v, want permanent", errs[1])
+	}
+	if got := all(readTopic(t, addr, "__herald_internal", nil)); len(got) != 1 || header(got[0], HeaderID) != internal.ID {
+		t.Fatalf("internal topic holds %d records, want only %s", len(got), internal.ID)
+	}
+
+	// Nothing listens: the refusal still comes, so it came before sending.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	errs = publish(t, newSink(t, Config{Brokers: []string{dead}}), []sinks.Event{sinktest.Event("__consumer_offsets", "", []byte(`{}`))})
+	if !sinks.IsPermanent(errs[0]) || sinks.IsUnavailable(errs[0]) {
+		t.Fatalf("internal topic with no broker: %v, want permanent", errs[0])
+	}
+}
+
 func TestNothingListeningIsUnavailable(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -548,6 +628,8 @@ func TestValidate(t *testing.T) {
 		{"write timeout", func(c *Config) { c.WriteTimeout = -time.Second }, "write_timeout:"},
 		{"max attempts", func(c *Config) { c.MaxAttempts = -1 }, "max_attempts:"},
 		{"max message bytes", func(c *Config) { c.MaxMessageBytes = -1 }, "max_message_bytes:"},
+		{"allowed prefix not internal", func(c *Config) { c.AllowTopicPrefixes = []string{"__ok", "orders"} }, `allow_topic_prefixes[1]: "orders" does not start with __`},
+		{"allowed prefix illegal", func(c *Config) { c.AllowTopicPrefixes = []string{"__a b"} }, "allow_topic_prefixes[0]: the topic name holds"},
 		{"ca file missing", func(c *Config) { c.TLS.CAFile = filepath.Join(dir, "nope.pem") }, "tls.ca_file:"},
 		{"ca file not PEM", func(c *Config) { c.TLS.CAFile = notPEM }, "tls.ca_file:"},
 		{"sasl mechanism", func(c *Config) {

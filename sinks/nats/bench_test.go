@@ -22,7 +22,7 @@ func BenchmarkEncode(b *testing.B) {
 	e := benchEvent("orders.created", 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := encode(e, 1<<20); err != nil {
+		if _, err := encode(e, 1<<20, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -69,6 +69,37 @@ type Config struct {
 	// cached). Defaults to true; set it to false to skip the lookup when
 	// the account may not list streams.
 	CheckStreams *bool `yaml:"check_streams"`
+	// AllowSubjectPrefixes lets events be published under reserved subject
+	// prefixes, each named explicitly ("$KV.", or "$KV.orders." for one
+	// bucket). Without it the sink refuses every destination starting with
+	// $JS., $SYS., $KV., $O. or _INBOX. (see the package documentation).
+	// Each entry must start with one of those prefixes and end with a dot.
+	// Defaults to none.
+	AllowSubjectPrefixes []string `yaml:"allow_subject_prefixes"`
+}
+
+// reservedPrefixes start the subjects the NATS server or its clients act on
+// rather than store: the JetStream API ($JS.API.STREAM.PURGE.<name> purges a
+// stream), the system account, key-value and object stores, and reply
+// inboxes. An event's destination comes from event data, so it may name one.
+var reservedPrefixes = []string{"$JS.", "$SYS.", "$KV.", "$O.", "_INBOX."}
+
+// checkReserved refuses subject when it starts with a reserved prefix and
+// no allowed prefix covers it.
+func checkReserved(subject string, allowed []string) error {
+	for _, r := range reservedPrefixes {
+		if !strings.HasPrefix(subject, r) {
+			continue
+		}
+		for _, a := range allowed {
+			if strings.HasPrefix(subject, a) {
+				return nil
+			}
+		}
+		return fmt.Errorf("destination %q starts with the reserved prefix %s, where the NATS server acts on messages: "+
+			"not published (name the prefix in allow_subject_prefixes to publish there)", subject, r)
+	}
+	return nil
 }
 
 // servers returns the configured URLs, URL's comma-separated ones first,
@@ -129,6 +160,21 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPending < 0 {
 		return fmt.Errorf("max_pending: %d must not be negative", c.MaxPending)
+	}
+	for i, p := range c.AllowSubjectPrefixes {
+		reserved := false
+		for _, r := range reservedPrefixes {
+			reserved = reserved || strings.HasPrefix(p, r)
+		}
+		switch {
+		case !reserved:
+			return fmt.Errorf("allow_subject_prefixes[%d]: %q does not start with a reserved prefix (%s); other subjects need no allowing",
+				i, p, strings.Join(reservedPrefixes, " "))
+		case strings.ContainsAny(p, " \t\r\n*>"):
+			return fmt.Errorf("allow_subject_prefixes[%d]: %q must not hold white space or wildcards", i, p)
+		case !strings.HasSuffix(p, "."):
+			return fmt.Errorf("allow_subject_prefixes[%d]: %q must end with a dot, so that it covers whole tokens", i, p)
+		}
 	}
 	return nil
 }

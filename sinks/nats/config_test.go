@@ -12,7 +12,7 @@ import (
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	ok := nats.Config{URL: "nats://a:4222, tls://b:4222", URLs: []string{"wss://c:443"}}
+	ok := nats.Config{URL: "nats://a:4222, tls://b:4222", URLs: []string{"wss://c:443"}, AllowSubjectPrefixes: []string{"$KV.orders.", "_INBOX."}}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
@@ -31,6 +31,9 @@ func TestConfigValidate(t *testing.T) {
 		{"two auth methods", nats.Config{URL: "nats://a:1", Token: "t", CredentialsFile: "x.creds"}, "credentials_file, token, user/password, nkey_seed_file: give at most one"},
 		{"ack_timeout", nats.Config{URL: "nats://a:1", AckTimeout: -time.Second}, "ack_timeout: -1s must not be negative"},
 		{"max_pending", nats.Config{URL: "nats://a:1", MaxPending: -1}, "max_pending: -1 must not be negative"},
+		{"allow not reserved", nats.Config{URL: "nats://a:1", AllowSubjectPrefixes: []string{"$KV.", "orders."}}, `allow_subject_prefixes[1]: "orders." does not start with a reserved prefix`},
+		{"allow without dot", nats.Config{URL: "nats://a:1", AllowSubjectPrefixes: []string{"$KV.orders"}}, `allow_subject_prefixes[0]: "$KV.orders" must end with a dot`},
+		{"allow wildcard", nats.Config{URL: "nats://a:1", AllowSubjectPrefixes: []string{"$KV.*."}}, `allow_subject_prefixes[0]: "$KV.*." must not hold white space or wildcards`},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {

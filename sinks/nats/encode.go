@@ -33,13 +33,13 @@ const (
 	crlf       = "\r\n"
 )
 
-// encode builds the NATS message for e and returns it with its size as the
-// server counts it against max_payload (encoded headers plus payload). A
-// message that can never be published (invalid subject or header name,
-// over maxPayload) is a permanent error.
-func encode(e sinks.Event, maxPayload int64) (*natsgo.Msg, error) {
-	if err := checkSubject(e.Destination); err != nil {
-		return nil, sinks.Permanent(err)
+// encode builds the NATS message for e. A message that can never be
+// published (invalid subject or header name, a reserved subject not in
+// allowed, over maxPayload counting the encoded headers) is a permanent
+// error.
+func encode(e sinks.Event, maxPayload int64, allowed []string) (*natsgo.Msg, error) {
+	if err := checkDestination(e.Destination, allowed); err != nil {
+		return nil, err
 	}
 	h := make(natsgo.Header, len(e.Headers)+4)
 	for k, v := range e.Headers {
@@ -71,6 +71,16 @@ func headerSize(h natsgo.Header) int {
 		}
 	}
 	return n
+}
+
+// checkDestination refuses, as a permanent error, a subject that cannot or
+// must not be published to: invalid, or under a reserved prefix that
+// allowed (allow_subject_prefixes) does not cover.
+func checkDestination(subject string, allowed []string) error {
+	if err := checkSubject(subject); err != nil {
+		return sinks.Permanent(err)
+	}
+	return sinks.Permanent(checkReserved(subject, allowed))
 }
 
 // checkSubject reports whether s can be published to: not empty, no white

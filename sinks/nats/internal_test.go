@@ -37,7 +37,7 @@ func TestHeaderSizeMatchesNATS(t *testing.T) {
 	t.Parallel()
 	e := sinktest.Event("orders.created", "k", []byte(`{"a":1}`))
 	e.Headers = map[string]string{"x-pad": "  spaced value  ", "multi": "line\r\nbreak", "empty": ""}
-	msg, err := encode(e, 0)
+	msg, err := encode(e, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,10 +45,10 @@ func TestHeaderSizeMatchesNATS(t *testing.T) {
 		t.Fatalf("computed size %d, nats.go encodes %d", got, want)
 	}
 	size := headerSize(msg.Header) + len(msg.Data)
-	if _, err := encode(e, int64(size)); err != nil {
+	if _, err := encode(e, int64(size), nil); err != nil {
 		t.Fatalf("a message of exactly max_payload was refused: %v", err)
 	}
-	if _, err := encode(e, int64(size-1)); err == nil {
+	if _, err := encode(e, int64(size-1), nil); err == nil {
 		t.Fatal("a message one byte over max_payload was accepted")
 	}
 }

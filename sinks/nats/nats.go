@@ -50,6 +50,20 @@
 // such as the stream's max_msg_size), or when a retry comes after the
 // duplicate window.
 //
+// # Reserved subjects
+//
+// An event's destination comes from event data (its topic, or a route's
+// template over its fields), and some subjects are not mailboxes but
+// commands: a message to $JS.API.STREAM.PURGE.<name> purges that stream,
+// whether sent in core mode or in JetStream mode with check_streams off.
+// The sink therefore refuses, as a permanent error naming the destination
+// and allow_subject_prefixes, every destination starting with $JS.
+// (JetStream API and acknowledgements), $SYS. (system account), $KV. and
+// $O. (key-value and object stores) or _INBOX. (replies), before sending
+// anything. A prefix listed in allow_subject_prefixes ("$KV.", or
+// "$KV.orders." for one bucket) lifts the refusal for the subjects it
+// starts.
+//
 // # Errors
 //
 //   - no connection, connection closed or lost, no servers, authentication
@@ -59,7 +73,8 @@
 //     buffer.
 //   - a message over the server's max_payload (checked before sending, against
 //     the limit the server announced), over the stream's max_msg_size, with an
-//     invalid subject or header name: permanent.
+//     invalid subject or header name, to a reserved subject (see above):
+//     permanent.
 //   - no stream covers the subject (lookup found none, or "nats: no response
 //     from stream"): retryable, wrapping ErrNoStream; see ErrNoStream.
 //   - no PubAck within ack_timeout: retryable (the message may have been
@@ -238,22 +253,25 @@ func (s *Sink) connected(ctx context.Context) (*natsgo.Conn, jetstream.JetStream
 	return nc, js, nil
 }
 
-// CheckSubjects connects and, in JetStream mode, verifies that a stream
-// covers each subject, caching the answers Publish uses. It reports every
-// subject no stream covers (wrapping ErrNoStream), or why it could not
-// check. Call it at start with the subjects the routes can render, to fail
-// early. In core mode it only connects.
+// CheckSubjects connects, checks each subject is a destination Publish
+// accepts (a valid subject, not under a reserved prefix that
+// allow_subject_prefixes does not cover) and, in JetStream mode, that a
+// stream covers it, caching the answers Publish uses. It reports every
+// subject refused (permanent), every one no stream covers (wrapping
+// ErrNoStream), or why it could not check. Call it at start with the
+// subjects the routes can render, to fail early.
 func (s *Sink) CheckSubjects(ctx context.Context, subjects ...string) error {
 	_, js, err := s.connected(ctx)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w", s.name, err)
 	}
-	if s.cfg.Mode == ModeCore {
-		return nil
-	}
 	var errs []error
 	for _, subject := range subjects {
-		if err := s.checkStream(ctx, js, subject); err != nil {
+		err := checkDestination(subject, s.cfg.AllowSubjectPrefixes)
+		if err == nil && s.cfg.Mode != ModeCore {
+			err = s.checkStream(ctx, js, subject)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("sink %s: %w", s.name, err))
 		}
 	}
@@ -265,9 +283,6 @@ func (s *Sink) CheckSubjects(ctx context.Context, subjects ...string) error {
 // the found streams' subject filters, so it stays as small as the number of
 // streams however many subjects the routes render.
 func (s *Sink) checkStream(ctx context.Context, js jetstream.JetStream, subject string) error {
-	if err := checkSubject(subject); err != nil {
-		return sinks.Permanent(err)
-	}
 	s.streamsMu.Lock()
 	covered := false
 	for _, filters := range s.streams {
@@ -395,7 +410,7 @@ func (b *batch) publishCore(ctx context.Context, nc *natsgo.Conn) {
 		if b.blocked(i) {
 			continue
 		}
-		msg, err := encode(e, maxPayload)
+		msg, err := encode(e, maxPayload, b.sink.cfg.AllowSubjectPrefixes)
 		if err != nil {
 			b.fail(i, err)
 			continue
@@ -458,7 +473,7 @@ func (b *batch) publishJetStream(ctx context.Context, nc *natsgo.Conn, js jetstr
 		if b.blocked(i) {
 			continue
 		}
-		msg, err := encode(e, maxPayload)
+		msg, err := encode(e, maxPayload, b.sink.cfg.AllowSubjectPrefixes)
 		if err != nil {
 			b.fail(i, err)
 			continue

@@ -312,6 +312,116 @@ func TestInvalidEventsArePermanent(t *testing.T) {
 	}
 }
 
+// TestReservedSubjectIsNotPublished covers a hostile destination: an event
+// whose subject is $JS.API.STREAM.PURGE.<stream> (a topic a catch-all route
+// passes through), which the NATS server takes as a request to purge the
+// stream. In core mode and with check_streams off, where no stream lookup
+// stands in the way, the sink refuses it permanently, naming the
+// destination and allow_subject_prefixes, and sends nothing to that
+// subject: the stream keeps its messages.
+func TestReservedSubjectIsNotPublished(t *testing.T) {
+	t.Parallel()
+	url := natstest.URL(t)
+	nc := natstest.Connect(t, url)
+	off := false
+	for name, cfg := range map[string]nats.Config{
+		"core":                {URL: url, Mode: nats.ModeCore},
+		"check_streams=false": {URL: url, CheckStreams: &off},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			str := natstest.Stream(t, nc)
+			var filled []sinks.Event
+			for i := range 20 {
+				filled = append(filled, sinktest.Event(str.Subject("m"), "", fmt.Appendf(nil, `{"n":%d}`, i)))
+			}
+			publishOK(t, open(t, nats.Config{URL: url}), filled...)
+
+			// One channel for both subscriptions: it receives in the order
+			// the server forwarded, so whatever the sink sent to the purge
+			// subject arrives before the sentinel it sent afterwards.
+			purge := "$JS.API.STREAM.PURGE." + str.Name
+			sentinelSubject := str.Subject("sentinel")
+			seen := make(chan *natsgo.Msg, 64)
+			for _, subject := range []string{purge, sentinelSubject} {
+				sub, err := nc.ChanSubscribe(subject, seen)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = sub.Unsubscribe() })
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+
+			s := open(t, cfg)
+			hostile := sinktest.Event(purge, "a", []byte(`{}`))
+			sentinel := sinktest.Event(sentinelSubject, "b", []byte(`{}`))
+			errs := publish(t, s, hostile, sentinel)
+			if err := errs[0]; !sinks.IsPermanent(err) || !strings.Contains(err.Error(), purge) ||
+				!strings.Contains(err.Error(), "allow_subject_prefixes") {
+				t.Fatalf("event to %s: %v, want a permanent error naming it and allow_subject_prefixes", purge, err)
+			}
+			if errs[1] != nil {
+				t.Fatalf("sentinel event: %v", errs[1])
+			}
+			for waiting := true; waiting; {
+				select {
+				case m := <-seen:
+					if m.Subject == purge {
+						t.Fatalf("the sink sent a message to %s", purge)
+					}
+					waiting = m.Header.Get(nats.HeaderMsgID) != sentinel.ID
+				case <-time.After(10 * time.Second):
+					t.Fatal("the sentinel event never arrived")
+				}
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for n := len(str.Messages(t)); n != len(filled)+1; n = len(str.Messages(t)) {
+				if time.Now().After(deadline) {
+					t.Fatalf("stream holds %d messages, want the %d it had plus the sentinel", n, len(filled))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestAllowedReservedPrefix covers the operator's way out of the reserved
+// subjects: a destination under $KV. is refused until
+// allow_subject_prefixes names a prefix covering it, and then published to
+// the stream behind it.
+func TestAllowedReservedPrefix(t *testing.T) {
+	t.Parallel()
+	url := natstest.URL(t)
+	var bucket string
+	str := natstest.Stream(t, natstest.Connect(t, url), func(c *jetstream.StreamConfig) {
+		bucket = "$KV." + c.Name + "."
+		c.Subjects = []string{bucket + ">"}
+	})
+	e := sinktest.Event(bucket+"k1", "", []byte(`{}`))
+	if errs := publish(t, open(t, nats.Config{URL: url}), e); !sinks.IsPermanent(errs[0]) {
+		t.Fatalf("without allow_subject_prefixes: %v, want permanent", errs[0])
+	}
+	other := sinktest.Event("$KV.HERALD_OTHER_BUCKET.k1", "", []byte(`{}`))
+	s := open(t, nats.Config{URL: url, AllowSubjectPrefixes: []string{bucket}})
+	errs := publish(t, s, e, other)
+	if errs[0] != nil {
+		t.Fatalf("allowed prefix %s: %v", bucket, errs[0])
+	}
+	if !sinks.IsPermanent(errs[1]) || !strings.Contains(errs[1].Error(), "$KV.") {
+		t.Fatalf("another bucket: %v, want permanent naming $KV.", errs[1])
+	}
+	if got := ids(str.Messages(t)); len(got) != 1 || got[0] != e.ID {
+		t.Fatalf("stream holds %v, want [%s]", got, e.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := open(t, nats.Config{URL: url, Mode: nats.ModeCore}).CheckSubjects(ctx, "_INBOX.x"); !sinks.IsPermanent(err) {
+		t.Fatalf("CheckSubjects(_INBOX.x) in core mode: %v, want permanent", err)
+	}
+}
+
 func TestAckTimeoutIsRetryable(t *testing.T) {
 	t.Parallel()
 	url := natstest.URL(t)

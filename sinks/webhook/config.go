@@ -63,8 +63,10 @@ type Config struct {
 	// Certificates are always verified unless tls.insecure_skip_verify.
 	TLS sinks.TLSConfig `yaml:"tls"`
 	// FollowRedirects follows 307 and 308 redirects (which keep the method
-	// and body), up to 10 of them. Other redirects, or any redirect when
-	// false, are permanent failures naming the Location. Defaults to false.
+	// and body) within the endpoint's origin (scheme, host and port), up to
+	// 10 of them. Other redirects, redirects to another origin (which would
+	// carry Headers and the signatures there), or any redirect when false,
+	// are permanent failures naming the Location. Defaults to false.
 	FollowRedirects bool `yaml:"follow_redirects"`
 	// RetryOn lists response status codes (300–599) to treat as retryable,
 	// overriding the defaults.
@@ -113,8 +115,8 @@ func (c Config) Validate() error {
 				return fmt.Errorf("headers.%s: set by the sink itself, cannot be configured", name)
 			}
 		}
-		if strings.ContainsAny(value.Reveal(), "\r\n\x00") {
-			return fmt.Errorf("headers.%s: value must not contain CR, LF or NUL", name)
+		if !validHeaderValue(value.Reveal()) {
+			return fmt.Errorf("headers.%s: value must not contain control characters (CR, LF, NUL…)", name)
 		}
 	}
 	seen := map[int]string{}

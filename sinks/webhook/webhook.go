@@ -41,6 +41,24 @@
 // relay pauses the sink instead of failing events. Other 3xx and 4xx are
 // permanent. retry_on and permanent_on override these classes per status.
 //
+// # Redirects
+//
+// Redirects are not followed unless follow_redirects is true, and then only
+// 307 and 308 (which resend the same POST), at most 10, and only within the
+// endpoint's origin (scheme, host and port). A redirect to another origin
+// is refused, as a permanent error naming the Location: the request carries
+// the configured headers, secrets such as an API key, and the signatures,
+// and refusing keeps all of them from a host nobody configured. Stripping
+// them instead would deliver the event unauthenticated to that host. To
+// follow an endpoint that moved, update url.
+//
+// A request the HTTP client could never build fails permanently, naming
+// the field. The only request part taken from the event that the client
+// checks is the raw format's Content-Type, the event's content_type: one
+// holding a control character (CR, LF, NUL…) is refused before sending. The
+// URL and the header names come from the configuration, and static header
+// values are checked when it is loaded.
+//
 // # Delivery
 //
 // Delivery is at least once: an event whose response was lost is sent again
@@ -157,16 +175,55 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 		logger: logger, agent: "herald/" + version()}, nil
 }
 
-// checkRedirect follows only 307 and 308, which resend the same POST, and
-// only when asked; otherwise the 3xx response itself is returned and failed.
+// checkRedirect follows only 307 and 308, which resend the same POST, only
+// when asked, and only within the endpoint's origin; otherwise the 3xx
+// response itself is returned and failed, or, for another origin, a
+// *redirectError.
 func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
 	return func(req *http.Request, via []*http.Request) error {
 		code := req.Response.StatusCode
 		if !follow || len(via) > 10 || code != http.StatusTemporaryRedirect && code != http.StatusPermanentRedirect {
 			return http.ErrUseLastResponse
 		}
+		if origin(req.URL) != origin(via[0].URL) {
+			return &redirectError{status: req.Response.Status, location: req.Response.Header.Get("Location")}
+		}
 		return nil
 	}
+}
+
+// origin is u's scheme, host and port, lower-cased, with the scheme's
+// default port written out: two URLs of one origin give the same string.
+func origin(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	switch {
+	case port != "":
+	case scheme == "https":
+		port = "443"
+	default:
+		port = "80"
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// redirectError is a redirect to another origin, refused because the
+// request carries the configured headers and the signatures.
+type redirectError struct {
+	status, location string
+}
+
+// maxLocationShown bounds the Location an error quotes: it is the
+// endpoint's text.
+const maxLocationShown = 512
+
+func (e *redirectError) Error() string {
+	loc := e.location
+	if len(loc) > maxLocationShown {
+		loc = strings.ToValidUTF8(loc[:maxLocationShown], "") + "…"
+	}
+	return fmt.Sprintf("endpoint redirected (%s) to %q, another origin: not followed, so that the configured headers "+
+		"and the signatures do not go to another host (point url at the new address)", e.status, loc)
 }
 
 // version is Herald's module version from the build info, or "dev".
@@ -269,16 +326,22 @@ type envelope struct {
 	PayloadBase64 []byte            `json:"payload_base64,omitzero"` // non-nil for every non-JSON payload
 }
 
-// body returns the request body and its content type.
+// body returns the request body and its content type. A raw event whose
+// content type cannot be sent as a header fails permanently: the HTTP client
+// would refuse to build the request on every attempt.
 func (s *Sink) body(e *sinks.Event) ([]byte, string, error) {
 	if s.cfg.Format == FormatRaw {
+		if !validHeaderValue(e.ContentType) {
+			return nil, "", sinks.Permanent(fmt.Errorf("content_type %q holds a control character (CR, LF, NUL…) and cannot be sent "+
+				"as the Content-Type header: the request can never be built", e.ContentType))
+		}
 		return e.Payload, e.ContentType, nil
 	}
 	env := envelope{ID: e.ID, Topic: e.Topic, Key: e.Key, Headers: e.Headers, ContentType: e.ContentType,
 		CreatedAt: e.CreatedAt.UTC()}
 	if sinks.IsJSON(e.ContentType) {
-		if !json.Valid(e.Payload) {
-			return nil, "", sinks.Permanent(errors.New("payload is not valid JSON although its content type is " + e.ContentType))
+		if err := sinks.CheckJSON(e.Payload); err != nil {
+			return nil, "", sinks.Permanent(fmt.Errorf("%w, although its content type is %s", err, e.ContentType))
 		}
 		env.Payload = e.Payload
 	} else {
@@ -427,7 +490,10 @@ func (s *Sink) transportError(ctx, reqCtx context.Context, err error) error {
 	}
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
+	var redirect *redirectError
 	switch {
+	case errors.As(err, &redirect):
+		return sinks.Permanent(err)
 	case errors.As(err, &dnsErr):
 		return sinks.Unavailable(fmt.Errorf("resolving the endpoint: %w", err))
 	case isTLSError(err):

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -314,13 +315,24 @@ func TestRawFormatSendsPayloadAsIs(t *testing.T) {
 	}
 }
 
+// TestInvalidJSONPayloadIsPermanent covers hostile JSON payloads in the
+// envelope format: broken syntax, and nesting one level past
+// sinks.MaxJSONDepth (PostgreSQL stores it, encoding/json refuses it), whose
+// error must say it nests too deep and name the limit, not call it invalid.
+// Neither is sent.
 func TestInvalidJSONPayloadIsPermanent(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, nil)
 	s := newSink(t, Config{URL: rc.srv.URL})
-	err := publish(t, s, sinktest.Event("d", "", []byte("{oops")))[0]
-	if class(err) != "permanent" || !strings.Contains(err.Error(), "not valid JSON") {
-		t.Fatalf("err = %v, want permanent invalid JSON", err)
+	deep := strings.Repeat("[", sinks.MaxJSONDepth+1) + strings.Repeat("]", sinks.MaxJSONDepth+1)
+	for payload, want := range map[string]string{
+		"{oops": "not valid JSON",
+		deep:    "payload nests arrays and objects deeper than 10000 levels",
+	} {
+		err := publish(t, s, sinktest.Event("d", "", []byte(payload)))[0]
+		if class(err) != "permanent" || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "application/json") {
+			t.Fatalf("err = %v, want permanent saying %q and naming the content type", err, want)
+		}
 	}
 	if n := len(rc.requests()); n != 0 {
 		t.Fatalf("receiver got %d requests", n)
@@ -705,15 +717,20 @@ func TestRedirects(t *testing.T) {
 	}
 	secret := newSecret(t)
 
-	// 307 followed: same POST, same body, valid signature at the target.
-	hop := newReceiver(t, redirect(http.StatusTemporaryRedirect, target.srv.URL+"/final"))
-	s := newSink(t, Config{URL: hop.srv.URL, Secret: secret, FollowRedirects: true})
+	// 307 within the origin followed: same POST, same body, valid
+	// signature at the new path.
+	moved := newReceiver(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		if r.URL.Path != "/final" {
+			http.Redirect(w, r, "/final", http.StatusTemporaryRedirect)
+		}
+	})
+	s := newSink(t, Config{URL: moved.srv.URL, Secret: secret, FollowRedirects: true})
 	if err := publish(t, s, sinktest.Event("d", "", []byte(`{"a":1}`)))[0]; err != nil {
 		t.Fatalf("307 with follow_redirects: %v", err)
 	}
-	got := target.requests()
-	if len(got) != 1 || got[0].Method != http.MethodPost || got[0].Path != "/final" || verifyIndependently(t, secret, got[0].Header, got[0].Body) != 1 {
-		t.Fatalf("target received %+v", got)
+	got := moved.requests()
+	if len(got) != 2 || got[1].Method != http.MethodPost || got[1].Path != "/final" || verifyIndependently(t, secret, got[1].Header, got[1].Body) != 1 {
+		t.Fatalf("endpoint received %+v", got)
 	}
 
 	// 302 would turn the POST into a GET: not followed even when asked.
@@ -735,8 +752,115 @@ func TestRedirects(t *testing.T) {
 	if n := len(loop.requests()); n != 11 {
 		t.Fatalf("loop received %d requests, want 11", n)
 	}
-	if len(target.requests()) != 1 {
-		t.Fatalf("target received %d requests, want 1", len(target.requests()))
+	if len(target.requests()) != 0 {
+		t.Fatalf("target received %d requests, want none", len(target.requests()))
+	}
+}
+
+// TestCrossOriginRedirectIsRefused covers a hostile or compromised endpoint
+// answering 307 or 308 with a Location on another origin (another host, or
+// the same host on another port or scheme), directly or after a hop within
+// its own origin: with follow_redirects on, the sink refuses the redirect as
+// a permanent error naming the Location, and the other origin receives
+// nothing, so neither the secret static header X-Api-Key nor Authorization
+// nor the signature reaches it.
+func TestCrossOriginRedirectIsRefused(t *testing.T) {
+	t.Parallel()
+	const apiKey, bearer = "api-key-0xFEEDFACE", "Bearer tok-0xC0FFEE"
+	elsewhere := newReceiver(t, nil)
+	for _, code := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		for name, firstHop := range map[string]bool{"direct": false, "after a hop": true} {
+			t.Run(fmt.Sprintf("%d %s", code, name), func(t *testing.T) {
+				to := elsewhere.srv.URL + "/collect?k=1"
+				endpoint := newReceiver(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+					if firstHop && r.URL.Path == "/" {
+						http.Redirect(w, r, "/hop", code)
+						return
+					}
+					http.Redirect(w, r, to, code)
+				})
+				s := newSink(t, Config{URL: endpoint.srv.URL, Secret: newSecret(t), FollowRedirects: true,
+					Headers: map[string]sinks.Secret{"X-Api-Key": apiKey, "Authorization": bearer}})
+				e := sinktest.Event("d", "k", []byte(`{"a":1}`))
+				later := sinktest.Event("d", "k", []byte(`{"a":2}`))
+				errs := publish(t, s, e, later)
+				if class(errs[0]) != "permanent" || !strings.Contains(errs[0].Error(), fmt.Sprintf("%q", to)) ||
+					!strings.Contains(errs[0].Error(), "another origin") {
+					t.Fatalf("cross-origin redirect: %v, want permanent naming the Location %s", errs[0], to)
+				}
+				if !errors.Is(errs[1], sinks.ErrSkipped) {
+					t.Fatalf("later event of the key: %v, want ErrSkipped", errs[1])
+				}
+				if msg := fmt.Sprintf("%v %+v", errs[0], errs[0]); strings.Contains(msg, apiKey) || strings.Contains(msg, "0xC0FFEE") {
+					t.Fatalf("error shows a secret header: %s", msg)
+				}
+				wantHops := 1
+				if firstHop {
+					wantHops = 2
+				}
+				if got := endpoint.requests(); len(got) != wantHops || got[0].Header.Get("X-Api-Key") != apiKey {
+					t.Fatalf("endpoint received %d requests (want %d, with X-Api-Key)", len(got), wantHops)
+				}
+			})
+		}
+	}
+	// Publish returned: a followed redirect would have been answered by now.
+	if got := elsewhere.requests(); len(got) != 0 {
+		t.Fatalf("the other origin received %d requests, the first with headers %v", len(got), got[0].Header)
+	}
+	// The same host on another port is another origin too.
+	u, err := url.Parse(elsewhere.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"http://h.example/x", "http://H.EXAMPLE:80/y", true},
+		{"https://h.example/x", "https://h.example:443/y", true},
+		{"http://h.example/x", "https://h.example/x", false},
+		{"http://h.example/x", "http://h.example:8080/x", false},
+		{"http://" + u.Host, "http://" + u.Hostname() + ":1", false},
+	} {
+		a, _ := url.Parse(tc.a)
+		b, _ := url.Parse(tc.b)
+		if got := origin(a) == origin(b); got != tc.same {
+			t.Errorf("same origin(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.same)
+		}
+	}
+}
+
+// TestUnbuildableRequestIsPermanent covers an event whose content_type holds
+// CR LF (a header injection attempt), NUL or DEL, sent in the raw format as
+// the Content-Type header: Go's HTTP client refuses to build such a
+// request, so the sink fails it permanently, naming content_type, rather
+// than retrying it through every attempt; nothing is sent and the later
+// events of its key are skipped.
+func TestUnbuildableRequestIsPermanent(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	s := newSink(t, Config{URL: rc.srv.URL, Format: FormatRaw})
+	for _, ct := range []string{"text/plain\r\nX-Injected: 1", "text/plain\x00", "text/\x7fplain", "text/plain\n"} {
+		bad := rawEvent("k", "body")
+		bad.ContentType = ct
+		later := rawEvent("k", "later")
+		errs := publish(t, s, bad, later)
+		if class(errs[0]) != "permanent" || !strings.Contains(errs[0].Error(), "content_type") ||
+			!strings.Contains(errs[0].Error(), fmt.Sprintf("%q", ct)) {
+			t.Fatalf("content type %q: %v, want permanent naming content_type and the value", ct, errs[0])
+		}
+		if !errors.Is(errs[1], sinks.ErrSkipped) {
+			t.Fatalf("later event of the key: %v, want ErrSkipped", errs[1])
+		}
+	}
+	if n := len(rc.requests()); n != 0 {
+		t.Fatalf("receiver got %d requests", n)
+	}
+	ok := rawEvent("", "fine")
+	ok.ContentType = "text/plain; charset=utf-8\t"
+	if err := publish(t, s, ok)[0]; err != nil {
+		t.Fatalf("a content type with a tab: %v", err)
 	}
 }
 
@@ -919,6 +1043,7 @@ func TestConfigValidate(t *testing.T) {
 		{"empty header name", func(c *Config) { c.Headers = map[string]sinks.Secret{"": "x"} }, `headers: ""`},
 		{"header reserved", func(c *Config) { c.Headers = map[string]sinks.Secret{"webhook-signature": "x"} }, "headers.webhook-signature: set by the sink"},
 		{"header value", func(c *Config) { c.Headers = map[string]sinks.Secret{"X-A": "a\r\nInjected: 1"} }, "headers.X-A: value must not contain"},
+		{"header value with DEL", func(c *Config) { c.Headers = map[string]sinks.Secret{"X-A": "a\x7f"} }, "headers.X-A: value must not contain control characters"},
 		{"retry_on range", func(c *Config) { c.RetryOn = []int{200} }, "retry_on[0]: 200"},
 		{"permanent_on range", func(c *Config) { c.PermanentOn = []int{500, 600} }, "permanent_on[1]: 600"},
 		{"overlap", func(c *Config) { c.RetryOn = []int{409}; c.PermanentOn = []int{409} }, "permanent_on[0]: 409 is also listed in retry_on"},
