@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -46,24 +45,13 @@ type target struct {
 	batched int // tSend: index in the sink's batch
 }
 
-// group is the targets of one key on one sink (or of one event without a
-// key), in seq order: the rule that a failed event holds back its key's
-// later events is applied to it, once, whatever the sink reported.
-type group struct {
-	key     string
-	targets []*target
-	// blocked: an earlier target of the group is not delivered; the later
-	// ones are not sent.
-	blocked bool
-}
-
 type keySink struct{ key, sink string }
 
 // sinkBatch is the events one sink receives in one Publish call.
 type sinkBatch struct {
 	sink    *sinkState
 	events  []sinks.Event
-	targets []*target // targets[i] is the target of events[i]
+	targets []int // targets[i] is the index in batch.targets of events[i]
 	results []error
 	spans   []trace.Span // spans[i] traces events[i]; nil when tracing is off
 }
@@ -98,40 +86,51 @@ type batch struct {
 	now    time.Time
 	fresh  []item // outbox rows, in seq order
 	queued []item // deliveries, queue by queue, each head first
-	groups []*group
-	byKey  map[keySink]*group
-	sinks  map[*sinkState]*sinkBatch
-	order  []*sinkBatch
-	counts struct{ done, retried, dead, waiting, paused int }
+	// targets are every event on every sink (and on the routing step when
+	// that writes something), in plan order: for one key on one sink, in
+	// seq order. What a failure means for a key's later events is applied
+	// over them, once (outcome).
+	targets []target
+	// blocked holds the keys on sinks to which nothing more is sent in
+	// this batch (made on first use: nothing is blocked on the happy path).
+	blocked map[keySink]bool
+	sinks   map[*sinkState]*sinkBatch
+	order   []*sinkBatch
+	counts  struct{ done, retried, dead, waiting, paused int }
 }
 
 func (w *worker) newBatch(fresh, queued []item, now time.Time) *batch {
+	n := (len(fresh) + len(queued)) * (w.r.fanOut + 1)
 	return &batch{r: w.r, w: w, now: now, fresh: fresh, queued: queued,
-		byKey: map[keySink]*group{}, sinks: map[*sinkState]*sinkBatch{}}
+		targets: make([]target, 0, n), sinks: map[*sinkState]*sinkBatch{}}
 }
 
-// group returns the group of key on sink, creating it; an event without a
-// key is a group of its own.
-func (b *batch) group(sink, key string) *group {
+// add appends a target and returns it; it stays valid until the next add.
+func (b *batch) add(t target) *target {
+	b.targets = append(b.targets, t)
+	return &b.targets[len(b.targets)-1]
+}
+
+// isBlocked reports whether nothing more of key goes to sink in this batch.
+func (b *batch) isBlocked(sink, key string) bool {
+	return key != "" && b.blocked[keySink{key, sink}]
+}
+
+// block sends nothing more of key to sink in this batch.
+func (b *batch) block(sink, key string) {
 	if key == "" {
-		g := &group{}
-		b.groups = append(b.groups, g)
-		return g
+		return
 	}
-	ks := keySink{key, sink}
-	g := b.byKey[ks]
-	if g == nil {
-		g = &group{key: key}
-		b.byKey[ks] = g
-		b.groups = append(b.groups, g)
+	if b.blocked == nil {
+		b.blocked = map[keySink]bool{}
 	}
-	return g
+	b.blocked[keySink{key, sink}] = true
 }
 
 // plan decides which sink gets which event now. Queued deliveries come
-// first, each queue head first; then outbox rows in seq order. Within a
-// group, once an event is not sent (it waits, its sink is paused, or it died
-// stopping its key), the later ones are not sent either.
+// first, each queue head first; then outbox rows in seq order. For a key on
+// a sink, once an event is not sent (it waits, its sink is paused, or it
+// died stopping its key), the later ones are not sent either.
 func (b *batch) plan() {
 	for i := range b.queued {
 		it := &b.queued[i]
@@ -148,79 +147,79 @@ func (b *batch) plan() {
 
 // planQueued plans a delivery claimed from a sink's queue.
 func (b *batch) planQueued(it *item) {
-	g := b.group(it.sink, it.key)
-	t := &target{item: it, name: it.sink, sink: b.r.sinkStates[it.sink], tries: it.attempts}
-	g.targets = append(g.targets, t)
-	if g.blocked {
+	t := b.add(target{item: it, name: it.sink, sink: b.r.sinkStates[it.sink], tries: it.attempts})
+	if b.isBlocked(it.sink, it.key) {
 		t.status = tJoin
 		return
 	}
 	route := b.r.route(it.topic)
 	switch {
 	case it.decodeErr != nil:
-		b.kill(g, t, fmt.Errorf("event %s cannot be read: %w", it.id, it.decodeErr), b.stopsKey(it))
+		b.kill(t, fmt.Errorf("event %s cannot be read: %w", it.id, it.decodeErr), b.stopsKey(it))
 	case route == nil || !route.has(it.sink):
 		// Its sink was removed from the event's route: the event will not
 		// go there, and the key's later events (which do not either) are
 		// not held back by it.
-		b.kill(g, t, fmt.Errorf("sink no longer routed: the route of topic %q does not name sink %s", it.topic, it.sink), false)
+		b.kill(t, fmt.Errorf("sink no longer routed: the route of topic %q does not name sink %s", it.topic, it.sink), false)
 	default:
-		b.planSend(g, t, route.target(it.sink))
+		b.planSend(t, route.target(it.sink))
 	}
 }
 
 // planFresh plans an event not yet routed: an outbox row, or a delivery of
-// the routing step (replayed, or waiting behind one).
+// the routing step (replayed, or waiting behind one). A routed outbox row
+// writes nothing for the routing step, so it has no target there.
 func (b *batch) planFresh(it *item) {
-	rg := b.group("", it.key)
-	rt := &target{item: it, name: "", fresh: !it.delivery}
-	rg.targets = append(rg.targets, rt)
-	if rg.blocked || (!it.delivery && slices.Contains(it.queued, "")) {
-		rt.status = tJoin
-		rg.blocked = true
+	routing := func(status targetStatus) *target {
+		return b.add(target{item: it, name: "", fresh: !it.delivery, status: status})
+	}
+	if b.isBlocked("", it.key) || (!it.delivery && slices.Contains(it.queued, "")) {
+		routing(tJoin)
+		b.block("", it.key)
 		return
 	}
 	if it.decodeErr != nil {
-		b.kill(rg, rt, fmt.Errorf("event %s cannot be read: %w", it.id, it.decodeErr), b.stopsKey(it))
+		b.kill(routing(tDead), fmt.Errorf("event %s cannot be read: %w", it.id, it.decodeErr), b.stopsKey(it))
 		return
 	}
 	route := b.r.route(it.topic)
 	if route == nil {
-		b.kill(rg, rt, fmt.Errorf("no route matches topic %q", it.topic), b.stopsKey(it))
+		b.kill(routing(tDead), fmt.Errorf("no route matches topic %q", it.topic), b.stopsKey(it))
 		return
 	}
-	rt.status = tDone
+	if it.delivery {
+		routing(tDone) // its row on the routing step goes
+	}
 	for i := range route.targets {
 		rtg := &route.targets[i]
-		if slices.Contains(it.elsewhere, rtg.state.name) {
+		name := rtg.state.name
+		if slices.Contains(it.elsewhere, name) {
 			continue // the event waits, or died, there already
 		}
-		g := b.group(rtg.state.name, it.key)
-		t := &target{item: it, sink: rtg.state, name: rtg.state.name, fresh: true}
-		g.targets = append(g.targets, t)
-		if g.blocked || slices.Contains(it.queued, t.name) {
+		t := b.add(target{item: it, sink: rtg.state, name: name, fresh: true})
+		if b.isBlocked(name, it.key) || slices.Contains(it.queued, name) {
 			t.status = tJoin
-			g.blocked = it.key != ""
+			b.block(name, it.key)
 			continue
 		}
-		b.planSend(g, t, rtg)
+		b.planSend(t, rtg)
 	}
 }
 
 // planSend hands t's event to its sink, unless the sink is paused or the
 // destination cannot be rendered.
-func (b *batch) planSend(g *group, t *target, rt *routeTarget) {
+func (b *batch) planSend(t *target, rt *routeTarget) {
 	if until := t.sink.pausedTill(); until.After(b.now) {
 		t.status = tPaused
 		t.err = fmt.Errorf("sink %s is paused after failing as a whole", t.name)
-		g.blocked = t.item.key != ""
+		b.block(t.name, t.item.key)
 		return
 	}
 	ev := b.event(t.item, t.tries+1)
 	dest, err := rt.destination(&ev)
 	if err != nil {
 		t.tries++
-		b.kill(g, t, sinks.Permanent(err), b.stopsKey(t.item))
+		b.kill(t, sinks.Permanent(err), b.stopsKey(t.item))
 		return
 	}
 	ev.Destination = dest
@@ -230,20 +229,20 @@ func (b *batch) planSend(g *group, t *target, rt *routeTarget) {
 		b.sinks[t.sink] = sb
 		b.order = append(b.order, sb)
 	}
-	t.status, t.batched = tSend, len(sb.events)
+	t.status = tSend
 	if b.r.tracer != nil {
 		sb.spans = append(sb.spans, b.r.startPublishSpan(&ev, t.name))
 	}
 	sb.events = append(sb.events, ev)
-	sb.targets = append(sb.targets, t)
+	sb.targets = append(sb.targets, len(b.targets)-1)
 }
 
 // kill makes t a dead letter before it is sent; one that stops its key
-// holds back the rest of its group.
-func (b *batch) kill(g *group, t *target, err error, stops bool) {
+// holds back the key's later events on t's sink.
+func (b *batch) kill(t *target, err error, stops bool) {
 	t.status, t.err, t.stops = tDead, err, stops
 	if stops {
-		g.blocked = true
+		b.block(t.name, t.item.key)
 	}
 }
 
@@ -300,7 +299,7 @@ func (b *batch) settle() {
 		var down error
 		delivered := false
 		for i, err := range sb.results {
-			t := sb.targets[i]
+			t := &b.targets[sb.targets[i]]
 			switch {
 			case err == nil:
 				t.status = tDone
@@ -341,37 +340,49 @@ func (b *batch) settle() {
 // waits behind it, whatever the sink reported for it (a sink that sent it
 // anyway sends it again, after the head).
 func (b *batch) outcome() *outcome {
-	o := &outcome{keys: make(map[int64]string, len(b.fresh)+len(b.queued))}
-	for _, it := range b.fresh {
-		o.outboxSeqs = append(o.outboxSeqs, it.seq)
-		o.outboxKeys = append(o.outboxKeys, pgtype.Text{String: it.key, Valid: it.key != ""})
-		o.keys[it.seq] = it.key
+	o := &outcome{outboxSeqs: make([]int64, len(b.fresh)), keyOf: b.keyOf}
+	for i := range b.fresh {
+		o.outboxSeqs[i] = b.fresh[i].seq
 	}
-	for _, it := range b.queued {
-		o.keys[it.seq] = it.key
-	}
-	for _, g := range b.groups {
-		wrote := false
-		waiting := false // an earlier target is not delivered
-		for _, t := range g.targets {
-			status := t.status
-			if waiting && g.key != "" && status != tJoin {
-				status = tJoin
-			}
-			wrote = b.settleTarget(o, t, status) || wrote
-			switch status {
-			case tJoin, tPaused, tDown, tRetry:
-				waiting = true
-			case tDead:
-				waiting = waiting || t.stops
-			}
+	var (
+		waiting map[keySink]bool // an earlier target of the key on the sink is not delivered
+		wrote   map[keySink]bool // queues written, whose head may have changed
+	)
+	for i := range b.targets {
+		t := &b.targets[i]
+		ks := keySink{t.item.key, t.name}
+		status := t.status
+		if t.item.key != "" && status != tJoin && waiting[ks] {
+			status = tJoin
 		}
-		if wrote && g.key != "" {
-			o.promoteKeys = append(o.promoteKeys, g.key)
-			o.promoteSinks = append(o.promoteSinks, g.targets[0].name)
+		if b.settleTarget(o, t, status) && t.item.key != "" && !wrote[ks] {
+			if wrote == nil {
+				wrote = map[keySink]bool{}
+			}
+			wrote[ks] = true
+			o.promoteKeys = append(o.promoteKeys, ks.key)
+			o.promoteSinks = append(o.promoteSinks, ks.sink)
+		}
+		if status == tJoin || status == tPaused || status == tDown || status == tRetry || (status == tDead && t.stops) {
+			if waiting == nil {
+				waiting = map[keySink]bool{}
+			}
+			waiting[ks] = true
 		}
 	}
 	return o
+}
+
+// keyOf returns the key of the batch's event seq.
+func (b *batch) keyOf(seq int64) string {
+	for _, items := range [][]item{b.fresh, b.queued} {
+		for i := range items {
+			if items[i].seq == seq {
+				return items[i].key
+			}
+		}
+	}
+	return ""
 }
 
 // settleTarget adds the writes of one target whose status is final, and

@@ -51,10 +51,10 @@ type item struct {
 }
 
 // claim reads up to limit due outbox rows of the lanes in mask, in seq order,
-// and from each queue sink in queueSinks up to limit due deliveries of those
-// lanes, heads each followed by their waiting deliveries. Outbox rows in
-// skip are left out. Both reads go in one round trip. An empty mask claims
-// nothing.
+// and, unless queueSinks is nil, from each queue sink in queueSinks up to
+// limit due deliveries of those lanes, heads each followed by their waiting
+// deliveries. Outbox rows in skip are left out. Both reads go in one round
+// trip. An empty mask claims nothing.
 func (s *store) claim(ctx context.Context, mask uint64, limit int, queueSinks []string, skip []int64) (fresh, queued []item, err error) {
 	if mask == 0 {
 		return nil, nil, nil
@@ -64,19 +64,19 @@ func (s *store) claim(ctx context.Context, mask uint64, limit int, queueSinks []
 		skip = []int64{}
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.planSQL)
 	b.Queue(s.claimSQL, int64(mask), limit, lowest, highest, skip)
-	b.Queue(s.claimQueueSQL, queueSinks, int64(mask), lowest, highest, limit)
+	if queueSinks != nil {
+		b.Queue(s.claimQueueSQL, queueSinks, int64(mask), lowest, highest, limit)
+	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("claiming events: %w", err)
-	}
 	if fresh, err = readItems(br, limit, false); err != nil {
 		return nil, nil, fmt.Errorf("claiming events: %w", err)
 	}
-	if queued, err = readItems(br, limit, true); err != nil {
-		return nil, nil, fmt.Errorf("claiming queued deliveries: %w", err)
+	if queueSinks != nil {
+		if queued, err = readItems(br, limit, true); err != nil {
+			return nil, nil, fmt.Errorf("claiming queued deliveries: %w", err)
+		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, nil, fmt.Errorf("claiming events: %w", err)
@@ -84,7 +84,8 @@ func (s *store) claim(ctx context.Context, mask uint64, limit int, queueSinks []
 	return fresh, queued, nil
 }
 
-// readItems reads the next result of a claim batch.
+// readItems reads the next result of a claim batch: outbox rows, or (with
+// deliveries) deliveries, which have more columns.
 func readItems(br pgx.BatchResults, capacity int, deliveries bool) ([]item, error) {
 	rows, err := br.Query()
 	if err != nil {
@@ -103,8 +104,12 @@ func readItems(br pgx.BatchResults, capacity int, deliveries bool) ([]item, erro
 	)
 	for rows.Next() {
 		it := item{delivery: deliveries}
-		if err := rows.Scan(&it.seq, &id, &it.topic, &key, &payload, &payloadBin, &contentType, &headers,
-			&createdAt, &maxAttempts, &it.lane, &it.sink, &attempts, &it.head, &it.queued, &it.elsewhere); err != nil {
+		dest := []any{&it.seq, &id, &it.topic, &key, &payload, &payloadBin, &contentType, &headers,
+			&createdAt, &maxAttempts, &it.lane, &it.queued}
+		if deliveries {
+			dest = append(dest, &it.sink, &attempts, &it.head, &it.elsewhere)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("reading a claimed event: %w", err)
 		}
 		it.id, it.key, it.maxAttempts, it.attempts = uuidString(id), key.String, int(maxAttempts.Int32), int(attempts)

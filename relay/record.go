@@ -66,11 +66,9 @@ func storedError(err error) pgtype.Text {
 
 // outcome is what recording a batch writes.
 type outcome struct {
-	// outboxSeqs are the batch's outbox rows, outboxKeys their keys: every
-	// one leaves the outbox (deleted, or kept as done with a retention
-	// period).
+	// outboxSeqs are the batch's outbox rows: every one leaves the outbox
+	// (deleted, or kept as done with a retention period).
 	outboxSeqs []int64
-	outboxKeys []pgtype.Text
 	// Deliveries inserted for outbox rows and for routed deliveries of the
 	// routing step, copied from them.
 	fromOutbox, fromRouting deliveryRows
@@ -82,8 +80,23 @@ type outcome struct {
 	demote, heads deliveryRows
 	// (key, sink) pairs whose queue may have lost its head.
 	promoteKeys, promoteSinks []string
-	// keys holds the key of every event the outcome writes, by seq.
-	keys map[int64]string
+	// keyOf returns the key of an event the outcome writes.
+	keyOf func(seq int64) string
+	// seq is the event of an outcome split event by event (split).
+	seq int64
+}
+
+// outboxKeys returns the keys of the outbox rows, NULL for none.
+func (o *outcome) outboxKeys() []pgtype.Text {
+	keys := make([]pgtype.Text, len(o.outboxSeqs))
+	if o.keyOf == nil {
+		return keys
+	}
+	for i, seq := range o.outboxSeqs {
+		k := o.keyOf(seq)
+		keys[i] = pgtype.Text{String: k, Valid: k != ""}
+	}
+	return keys
 }
 
 // insert adds a new delivery of it on sink.
@@ -152,7 +165,7 @@ func (s *store) recordWith(ctx context.Context, o *outcome, rm removal) (left []
 	if len(o.outboxSeqs) > 0 {
 		args := append(o.fromOutbox.args(s.owner), o.outboxSeqs)
 		if rm.keyed {
-			args = append(args, o.outboxKeys)
+			args = append(args, o.outboxKeys())
 		}
 		b.Queue(rm.fanOut, args...).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&gone)
@@ -205,16 +218,15 @@ func (o *outcome) split() []*outcome {
 	part := func(seq int64) *outcome {
 		p := parts[seq]
 		if p == nil {
-			p = &outcome{keys: map[int64]string{seq: o.keys[seq]}}
+			p = &outcome{keyOf: o.keyOf}
 			parts[seq] = p
 			order = append(order, seq)
 		}
 		return p
 	}
-	for i, seq := range o.outboxSeqs {
+	for _, seq := range o.outboxSeqs {
 		p := part(seq)
 		p.outboxSeqs = append(p.outboxSeqs, seq)
-		p.outboxKeys = append(p.outboxKeys, o.outboxKeys[i])
 	}
 	for i, d := range o.rowSets() {
 		for j, seq := range d.seqs {
@@ -227,7 +239,8 @@ func (o *outcome) split() []*outcome {
 	out := make([]*outcome, 0, len(order))
 	for _, seq := range order {
 		p := parts[seq]
-		if key := o.keys[seq]; key != "" {
+		p.seq = seq
+		if key := o.keyOf(seq); key != "" {
 			for i, k := range o.promoteKeys {
 				if k == key {
 					p.promoteKeys = append(p.promoteKeys, k)
@@ -245,25 +258,15 @@ func (o *outcome) rowSets() []*deliveryRows {
 	return []*deliveryRows{&o.fromOutbox, &o.fromRouting, &o.demote, &o.heads}
 }
 
-// seqs lists the events an outcome writes.
-func (o *outcome) seqs() []int64 {
-	var out []int64
-	for seq := range o.keys {
-		out = append(out, seq)
-	}
-	return out
-}
-
 // setAside returns the writes that make event seq, whose outcome p the
 // database refused, a dead letter saying why: on the routing step when it
 // was an outbox row (it leaves the outbox), on each sink where it was a
 // delivery.
 func (p *outcome) setAside(seq int64, stopKey bool, why error) *outcome {
-	key := p.keys[seq]
-	stops := stopKey && key != ""
-	aside := &outcome{keys: p.keys}
+	stops := stopKey && p.keyOf(seq) != ""
+	aside := &outcome{keyOf: p.keyOf}
 	if len(p.outboxSeqs) > 0 {
-		aside.outboxSeqs, aside.outboxKeys = p.outboxSeqs, p.outboxKeys
+		aside.outboxSeqs = p.outboxSeqs
 		aside.fromOutbox.add(seq, "", "dead", stops, 0, time.Time{}, why)
 	} else {
 		sinks := map[string]bool{}

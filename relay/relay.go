@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/relay/internal/queue"
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -33,6 +34,8 @@ type Relay struct {
 	// them, sorted.
 	sinkStates map[string]*sinkState
 	sinkNames  []string
+	// fanOut is the most sinks a route names.
+	fanOut int
 
 	// pausedMu guards pausedSince (sink → paused since), written when a
 	// sink is paused or resumed and read by PausedSinks, and recordErrs
@@ -114,6 +117,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			}
 			rt.targets = append(rt.targets, routeTarget{Target: t, state: st})
 		}
+		r.fanOut = max(r.fanOut, len(rt.targets))
 		r.routes = append(r.routes, rt)
 	}
 	slices.Sort(r.sinkNames)
@@ -392,12 +396,13 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+r.cfg.Tables.ChannelIdent()); err != nil {
 		return fmt.Errorf("listening on %s: %w", r.cfg.Tables.Channel(), err)
 	}
-	r.signal() // events may have arrived while not listening
+	r.signal(true) // events may have arrived while not listening
 	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		r.signal()
+		r.signal(n.Payload == queue.Notification)
 	}
 }
 
@@ -413,9 +418,13 @@ func (r *Relay) relaneSiblings(from *worker) {
 	}
 }
 
-// signal wakes every worker that is waiting for work.
-func (r *Relay) signal() {
+// signal wakes every worker that is waiting for work, telling it to look at
+// its queues too when queues is set.
+func (r *Relay) signal(queues bool) {
 	for _, w := range r.workers {
+		if queues {
+			w.queuesDirty.Store(true)
+		}
 		select {
 		case w.wake <- struct{}{}:
 		default:

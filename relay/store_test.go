@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/migrations/pgtest"
@@ -302,7 +301,7 @@ func TestStatementsKeepToTheIndexesAsTablesGrow(t *testing.T) {
 			}
 		}
 		claim()
-		o := &outcome{outboxSeqs: seqs[:3], outboxKeys: make([]pgtype.Text, 3)}
+		o := &outcome{outboxSeqs: seqs[:3]}
 		o.fromOutbox.add(seqs[0], "a", "ready", false, 1, time.Time{}, errBoom)
 		o.fromOutbox.add(seqs[1], "a", "waiting", false, 0, time.Time{}, nil)
 		o.fromOutbox.add(seqs[2], "", "waiting", false, 0, time.Time{}, nil)

@@ -51,6 +51,16 @@ type worker struct {
 	// held them locked, with when to claim them again (see leave).
 	skip map[int64]skipEntry
 
+	// queuesDirty is set when the queues of this worker's lanes may have
+	// deliveries due that it has not seen: at start, when its lanes change,
+	// after it wrote deliveries or claimed some, and when an operator
+	// replayed or purged dead letters (a notification says so). Otherwise
+	// it looks at them every poll interval, for retries coming due: nothing
+	// else changes the queues of its lanes. The happy path then claims from
+	// the outbox alone.
+	queuesDirty    atomic.Bool
+	nextQueueClaim time.Time
+
 	// maintaining is set while a round of upkeep runs in the background.
 	maintaining atomic.Bool
 	upkeep      sync.WaitGroup
@@ -215,6 +225,7 @@ func (w *worker) refreshLanes(ctx context.Context) error {
 	}
 	if mask != w.mask {
 		w.log.Debug("relay: lanes changed", "held", bits.OnesCount64(mask))
+		w.queuesDirty.Store(true)
 	}
 	w.mask = mask
 	// Leases were renewed at or after start; trust them for most of a lease.
@@ -245,9 +256,20 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	cfg := w.r.cfg
 	now := time.Now()
 	mask := w.claimableLanes(now)
-	fresh, queued, err := w.store.claim(ctx, mask, cfg.BatchSize, w.r.queueSinks(now), w.skipped(now))
+	var queueSinks []string
+	if w.queuesDirty.Swap(false) || !now.Before(w.nextQueueClaim) {
+		queueSinks = w.r.queueSinks(now)
+		w.nextQueueClaim = now.Add(cfg.PollInterval)
+	}
+	fresh, queued, err := w.store.claim(ctx, mask, cfg.BatchSize, queueSinks, w.skipped(now))
 	if err != nil {
+		if queueSinks != nil {
+			w.queuesDirty.Store(true)
+		}
 		return 0, err
+	}
+	if len(queued) > 0 {
+		w.queuesDirty.Store(true) // more may wait behind what it claimed
 	}
 	n := len(fresh) + len(queued)
 	cfg.Observer.Claimed(n, time.Since(now))
@@ -295,6 +317,9 @@ func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 		start := time.Now()
 		left, err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
 		if err == nil {
+			if !o.happy() {
+				w.queuesDirty.Store(true)
+			}
 			w.r.cfg.Observer.Recorded(n, time.Since(start))
 			w.r.countRecorded(n)
 			w.r.recordFailed(w, nil)
@@ -347,7 +372,7 @@ func (w *worker) recordEach(ctx context.Context, o *outcome, n int, first error)
 		if !refusedData(err) {
 			return fmt.Errorf("recording a batch event by event (the rest stays where it was and will be delivered again): %w", err)
 		}
-		seq := one.seqs()[0]
+		seq := one.seq
 		aside := one.setAside(seq, w.r.cfg.StopKeyOnDeadLetter, fmt.Errorf("the database refused to record this event: %w", err))
 		w.log.Error("relay: the database refused to record an event; it is a dead letter now", "seq", seq, "error", err)
 		if _, err := w.store.record(ctx, aside, keep); err != nil {
@@ -357,6 +382,7 @@ func (w *worker) recordEach(ctx context.Context, o *outcome, n int, first error)
 			}
 		}
 	}
+	w.queuesDirty.Store(true)
 	w.r.cfg.Observer.Recorded(n, 0)
 	w.r.countRecorded(n)
 	return nil

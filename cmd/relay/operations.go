@@ -88,11 +88,12 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 		return nil, ops.shutdownTracer(ctx, err)
 	}
 	server, err := admin.New(s.file.Admin.Config(), admin.Deps{
-		DB:          pool,
-		PausedSinks: ops.pausedSinks,
-		Metrics:     promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		DeadLetters: store,
-		Logger:      s.logger,
+		DB:            pool,
+		PausedSinks:   ops.pausedSinks,
+		RecordFailure: ops.recordFailure,
+		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		DeadLetters:   store,
+		Logger:        s.logger,
 	})
 	if err != nil {
 		return nil, ops.shutdownTracer(ctx, err)
@@ -115,6 +116,17 @@ func (o *operations) pausedSinks() map[string]time.Time {
 		return nil
 	}
 	return r.PausedSinks()
+}
+
+// recordFailure reports the relay's record failure once it exists.
+func (o *operations) recordFailure() (time.Time, error) {
+	o.mu.Lock()
+	r := o.relay
+	o.mu.Unlock()
+	if r == nil {
+		return time.Time{}, nil
+	}
+	return r.RecordFailure()
 }
 
 // serve starts the admin server and the backlog refresh, until stop.

@@ -142,6 +142,10 @@ type Deps struct {
 	// PausedSinks returns the paused sinks and since when;
 	// (*relay.Relay).PausedSinks. Nil means none are ever paused.
 	PausedSinks func() map[string]time.Time
+	// RecordFailure returns since when the relay cannot record what it
+	// publishes (it publishes nothing meanwhile) and why, the zero time
+	// when it records fine; (*relay.Relay).RecordFailure. Nil means never.
+	RecordFailure func() (time.Time, error)
 	// Metrics serves /metrics. Nil leaves /metrics out.
 	Metrics http.Handler
 	// DeadLetters serves the /dlq endpoints.
@@ -235,7 +239,10 @@ type readiness struct {
 	Ready    bool              `json:"ready"`
 	Database string            `json:"database"`
 	Paused   map[string]string `json:"paused_sinks,omitempty"`
-	Problems []string          `json:"problems,omitempty"`
+	// RecordingFailingSince is when the relay last recorded what it
+	// published, if it has been failing since.
+	RecordingFailingSince string   `json:"recording_failing_since,omitempty"`
+	Problems              []string `json:"problems,omitempty"`
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -259,6 +266,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		slices.Sort(out.Problems)
+	}
+	if s.deps.RecordFailure != nil {
+		if since, err := s.deps.RecordFailure(); !since.IsZero() {
+			out.Ready = false
+			out.RecordingFailingSince = since.UTC().Format(time.RFC3339)
+			out.Problems = append(out.Problems, fmt.Sprintf("recording outcomes has failed for %s, so nothing is published: %v",
+				time.Since(since).Round(time.Second), err))
+		}
 	}
 	code := http.StatusOK
 	if !out.Ready {
@@ -360,13 +375,19 @@ func clip(s string) string {
 	return s[:cut] + "…"
 }
 
+// writeJSON answers code with v as JSON. The body is encoded before the
+// status is sent: a value that cannot be encoded is a 500, never a 200 with
+// an empty body.
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		code = http.StatusInternalServerError
+		body, _ = json.Marshal(map[string]string{"error": "the answer could not be encoded as JSON: " + err.Error()})
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_, _ = w.Write(append(body, '\n'))
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

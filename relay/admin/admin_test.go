@@ -192,6 +192,13 @@ func TestHealthAndReadiness(t *testing.T) {
 	if r := call(t, "GET", base+"/metrics", "", ""); r.code != 404 {
 		t.Fatalf("metrics without a handler: %+v", r)
 	}
+	failing := serve(t, admin.Config{}, admin.Deps{DB: tb.pool, DeadLetters: tb.store, RecordFailure: func() (time.Time, error) {
+		return time.Now().Add(-time.Minute), errors.New("permission denied for table outbox")
+	}})
+	if r := call(t, "GET", failing+"/readyz", "", ""); r.code != 503 || !strings.Contains(r.body, "recording outcomes has failed for 1m0s") ||
+		!strings.Contains(r.body, "permission denied") {
+		t.Fatalf("readyz while records fail: %+v", r)
+	}
 
 	start := time.Now()
 	down := serve(t, admin.Config{ReadyTimeout: 200 * time.Millisecond}, admin.Deps{DB: downDB{}, DeadLetters: tb.store})

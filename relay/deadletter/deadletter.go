@@ -145,7 +145,7 @@ ORDER BY d.sink`
 	// mode): a batch waits for the records in flight and holds off new
 	// ones until it commits.
 	s.lockLanesSQL = `SELECT lane FROM ` + l + ` ORDER BY lane FOR NO KEY UPDATE`
-	s.notifySQL = `SELECT pg_notify($1, '')`
+	s.notifySQL = `SELECT pg_notify($1, '` + queue.Notification + `')`
 	// One batch of a replay: the next dead letters, locked ($1 to $10 the
 	// filter, $11 the batch size), rejoin their queues, unless $12 sends
 	// them to the routing step instead (see Replay). queued says whether

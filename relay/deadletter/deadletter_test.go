@@ -292,3 +292,41 @@ FROM (SELECT i, nextval(pg_get_serial_sequence($1, 'seq')) AS seq FROM generate_
 	}
 	tb.checkHeads(t)
 }
+
+// TestListShowsTimesPastYear9999 covers a dead letter whose event was
+// written with created_at after year 9999 (PostgreSQL stores it; RFC 3339
+// and JSON cannot): listing and showing it once failed to encode, hiding
+// every other dead letter. Such a time is shown as the last one JSON can
+// carry, and the others are listed with it.
+func TestListShowsTimesPastYear9999(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	ctx := context.Background()
+	far := tb.newEvent(t, "t", "k")
+	tb.put(t, far, delivery{sink: "hook", lastError: "HTTP 400"})
+	tb.exec(t, "UPDATE "+tb.tables.Deliveries()+" SET created_at = '12000-01-01', dead_at = 'infinity' WHERE seq = $1", far.seq)
+	other := tb.dead(t, "t", "j", "hook")
+	var got []deadletter.DeadLetter
+	if err := tb.store.List(ctx, deadletter.Filter{}, deadletter.ListOpts{}, func(d deadletter.DeadLetter) error {
+		got = append(got, d)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Seq != far.seq || got[1].Seq != other.seq {
+		t.Fatalf("listed %+v, want both dead letters", got)
+	}
+	if _, err := json.Marshal(got); err != nil {
+		t.Fatalf("the listing does not encode as JSON: %v", err)
+	}
+	if got[0].CreatedAt.Year() != 9999 || got[0].DiedAt.Year() != 9999 {
+		t.Fatalf("times past year 9999 listed as %v and %v, want the last ones JSON can carry", got[0].CreatedAt, got[0].DiedAt)
+	}
+	e, err := tb.store.Show(ctx, far.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := json.Marshal(e); err != nil {
+		t.Fatalf("the event does not encode as JSON: %v", err)
+	}
+}

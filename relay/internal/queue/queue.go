@@ -19,6 +19,11 @@ const (
 	Head = `(d.state = 'ready' OR d.stops_key)`
 )
 
+// Notification is the payload of the NOTIFY that tells relays the queues
+// changed under them (dead letters replayed or purged): they look at their
+// queues at once instead of at their next poll.
+const Notification = "deliveries"
+
 // PromoteSQL returns a statement that gives every (key, sink) pair in $1
 // (keys) and $2 (sinks) that has waiting deliveries but no head a head: its
 // lowest waiting delivery, due at once. fence, when not empty, is an extra
