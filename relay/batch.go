@@ -394,8 +394,9 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 		switch {
 		case t.sink != nil:
 			b.counts.done++
-			b.r.cfg.Observer.Published(t.name, it.topic, b.now.Sub(it.createdAt))
-			b.w.countPublished(t.name, it.topic, b.now)
+			label := b.r.label(it.topic)
+			b.r.cfg.Observer.Published(t.name, label, b.now.Sub(it.createdAt))
+			b.w.countPublished(t.name, label, b.now)
 		case !it.delivery:
 			return false // routed: the outbox row goes with the batch
 		}
@@ -417,7 +418,7 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 
 	case tPaused, tDown:
 		b.counts.paused++
-		b.r.cfg.Observer.Failed(t.name, it.topic, "paused")
+		b.r.cfg.Observer.Failed(t.name, b.r.label(it.topic), "paused")
 		switch {
 		case t.fresh:
 			o.insert(it, t.name, "ready", false, t.tries, time.Time{}, t.err)
@@ -430,7 +431,7 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 
 	case tRetry:
 		b.counts.retried++
-		b.r.cfg.Observer.Failed(t.name, it.topic, "retry")
+		b.r.cfg.Observer.Failed(t.name, b.r.label(it.topic), "retry")
 		b.r.logEvent(it, t.name, "relay: delivery failed, will retry", t.err, "retry_at", t.next)
 		if t.fresh {
 			o.insert(it, t.name, "ready", false, t.tries, t.next, t.err)
@@ -442,9 +443,9 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 	case tDead:
 		b.counts.dead++
 		if t.sink != nil {
-			b.r.cfg.Observer.Failed(t.name, it.topic, "dead")
+			b.r.cfg.Observer.Failed(t.name, b.r.label(it.topic), "dead")
 		}
-		b.r.cfg.Observer.DeadLettered(it.topic)
+		b.r.cfg.Observer.DeadLettered(b.r.label(it.topic))
 		b.r.logEvent(it, t.name, "relay: event dead-lettered", t.err, "stops_key", t.stops)
 		switch {
 		case t.fresh:

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -69,6 +70,12 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Routes map topics to sinks; the first route matching a topic applies.
 	Routes []Route
+	// MetricsTopics are the topic patterns (as in routes) measured one by
+	// one: the Observer and the published counts `relay status` shows see,
+	// for each event, the first pattern its topic matches, or OtherTopics.
+	// Topics come from event data and may be countless; this keeps the
+	// series and the counts bounded. Defaults to the routes' patterns.
+	MetricsTopics []string
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Observer receives measurements (metrics). Defaults to none.
@@ -83,6 +90,14 @@ type Config struct {
 	// TracerProvider is set. Defaults to W3C Trace Context.
 	Propagator propagation.TextMapPropagator
 }
+
+// OtherTopics is the topic label of events whose topic matches none of
+// Config.MetricsTopics.
+const OtherTopics = "(other)"
+
+// maxMetricsTopics bounds Config.MetricsTopics: each is a label value of
+// every per-topic series.
+const maxMetricsTopics = 1000
 
 // Backoff is an exponential backoff with jitter.
 type Backoff struct {
@@ -241,6 +256,15 @@ func (c Config) WithDefaults() Config {
 	if c.TracerProvider != nil && c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
 	}
+	if c.MetricsTopics == nil {
+		for _, r := range c.Routes {
+			for _, p := range r.Topics {
+				if p != OtherTopics && !slices.Contains(c.MetricsTopics, p) {
+					c.MetricsTopics = append(c.MetricsTopics, p)
+				}
+			}
+		}
+	}
 	return c
 }
 
@@ -278,6 +302,14 @@ func (c Config) Validate() error {
 	}
 	if len(c.Routes) == 0 {
 		return errors.New("routes: at least one route is required")
+	}
+	if len(c.MetricsTopics) > maxMetricsTopics {
+		return fmt.Errorf("relay.metrics_topics: at most %d patterns, got %d", maxMetricsTopics, len(c.MetricsTopics))
+	}
+	for i, p := range c.MetricsTopics {
+		if p == "" || p == OtherTopics {
+			return fmt.Errorf("relay.metrics_topics[%d]: %q is not a topic pattern", i, p)
+		}
 	}
 	names := map[string]sinks.Sink{}
 	for i, r := range c.Routes {

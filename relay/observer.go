@@ -3,7 +3,10 @@ package relay
 import "time"
 
 // Observer receives the relay's measurements; the metrics package implements
-// it. Methods are called from the relay's loop and must not block.
+// it. Methods are called from the relay's loop and must not block. A topic
+// they are given is the event's topic label (Config.MetricsTopics): the
+// first of those patterns the topic matches, or OtherTopics; never an
+// event's own topic, which may be any of countless strings.
 type Observer interface {
 	// Claimed reports one claim round trip: how many events and how long.
 	Claimed(events int, took time.Duration)

@@ -27,8 +27,9 @@ type Relay struct {
 	log     *slog.Logger
 	workers []*worker
 
+	// routeMu guards routeCache: each topic's route and metrics label.
 	routeMu    sync.Mutex
-	routeCache map[string]*route
+	routeCache map[string]topicInfo
 
 	// sinkStates holds every sink of every route by name; sinkNames lists
 	// them, sorted.
@@ -74,7 +75,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		cfg:         cfg,
 		pool:        pool,
 		log:         cfg.Logger.With("relay", cfg.Owner),
-		routeCache:  map[string]*route{},
+		routeCache:  map[string]topicInfo{},
 		sinkStates:  map[string]*sinkState{},
 		pausedSince: map[string]time.Time{},
 		recordErrs:  map[*worker]recordFailure{},
@@ -149,31 +150,45 @@ func (r *Relay) queueSinks(now time.Time) []string {
 	return out
 }
 
-// route returns the first route matching topic, or nil.
-func (r *Relay) route(topic string) *route {
+// topicInfo is what the relay knows of a topic: its route (nil when none
+// matches) and its label in metrics and published counts.
+type topicInfo struct {
+	route *route
+	label string
+}
+
+// topic returns what the relay knows of topic, from a bounded cache.
+func (r *Relay) topic(topic string) topicInfo {
 	r.routeMu.Lock()
 	defer r.routeMu.Unlock()
-	if rt, ok := r.routeCache[topic]; ok {
-		return rt
+	if info, ok := r.routeCache[topic]; ok {
+		return info
 	}
-	var found *route
+	info := topicInfo{label: OtherTopics}
 	for i := range r.routes {
-		for _, p := range r.routes[i].patterns {
-			if MatchTopic(p, topic) {
-				found = &r.routes[i]
-				break
-			}
+		if slices.ContainsFunc(r.routes[i].patterns, func(p string) bool { return MatchTopic(p, topic) }) {
+			info.route = &r.routes[i]
+			break
 		}
-		if found != nil {
+	}
+	for _, p := range r.cfg.MetricsTopics {
+		if MatchTopic(p, topic) {
+			info.label = p
 			break
 		}
 	}
 	if len(r.routeCache) >= 10000 {
 		clear(r.routeCache) // bounded memory against unbounded topic names
 	}
-	r.routeCache[topic] = found
-	return found
+	r.routeCache[topic] = info
+	return info
 }
+
+// route returns the first route matching topic, or nil.
+func (r *Relay) route(topic string) *route { return r.topic(topic).route }
+
+// label returns topic's label in metrics and published counts.
+func (r *Relay) label(topic string) string { return r.topic(topic).label }
 
 func (r *Relay) maxAttempts(it *item) int {
 	if it.maxAttempts > 0 {

@@ -101,6 +101,7 @@ FROM (
     FROM ` + outcomes + `
     CROSS JOIN LATERAL (` + src + `) s
     WHERE ` + where + `
+    OFFSET 0
 ) v`
 	}
 	// The record of a batch's outbox rows: they go (deleted, or with
@@ -118,8 +119,13 @@ FROM (
 		if keepDone {
 			remove = `UPDATE ` + o + ` SET status = 'done', finished_at = now()`
 		}
-		insert := insertFrom(`SELECT `+eventColumns+`, `+laneSQL+` AS lane FROM `+o+` WHERE seq = u.seq`, `u.seq IN (SELECT seq FROM src)`)
+		fromOutbox := `SELECT ` + eventColumns + `, ` + laneSQL + ` AS lane FROM ` + o + ` WHERE seq = u.seq`
 		if !skipLocked {
+			// The insert copies the rows the removal finds: those of
+			// this relay's lanes (held until commit, so both read the
+			// same). A row another transaction removed meanwhile is
+			// copied all the same; its deliveries are still owed.
+			insert := insertFrom(fromOutbox+` AND `+ownLane, "true")
 			return removal{
 				happy: remove + ` WHERE seq = ANY($2) AND ` + ownLane,
 				fanOut: `WITH src AS (
@@ -131,6 +137,10 @@ FROM (
 SELECT count(*) FROM src`,
 			}
 		}
+		// Only the rows removed get deliveries. The array is read once; a
+		// join with src would be a nested loop over both (hash joins are
+		// off: planSQL).
+		insert := insertFrom(fromOutbox, `u.seq = ANY(ARRAY(SELECT seq FROM src))`)
 		return removal{
 			happy: remove + ` WHERE seq = ANY($2) AND seq = ANY(ARRAY(
     SELECT seq FROM ` + o + ` WHERE seq = ANY($2) AND ` + ownLane + ` FOR UPDATE SKIP LOCKED))`,
@@ -284,6 +294,7 @@ FROM (
     SELECT u.*, ` + headTaken("x.key", "x.sink") + ` AS taken
     FROM ` + outcomes + `
     JOIN ` + dl + ` x ON x.sink = u.sink AND x.seq = u.seq
+    OFFSET 0
 ) v
 WHERE d.sink = v.sink AND d.seq = v.seq AND ` + ownDelivery,
 		// The queues whose head left get the next delivery as head ($3 is

@@ -473,7 +473,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := relay.New(tb.pool, relay.Config{
-		Tables: tb.tables, PollOnly: true, PollInterval: 20 * time.Millisecond, Observer: m,
+		Tables: tb.tables, PollOnly: true, PollInterval: 20 * time.Millisecond, Observer: m, MetricsTopics: []string{"orders"},
 		Routes: []relay.Route{{Topics: []string{"*"}, Targets: []relay.Target{{Sink: failingSink{"hook"}}}}},
 		Logger: slog.New(slog.DiscardHandler),
 	})

@@ -94,6 +94,10 @@ type Relay struct {
 	// ShutdownTimeout bounds finishing in-flight work on shutdown.
 	// Defaults to 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// MetricsTopics are the topic patterns measured one by one in metrics
+	// and published counts; other topics are counted as "(other)". Defaults
+	// to the routes' patterns.
+	MetricsTopics []string `yaml:"metrics_topics"`
 }
 
 // Backoff is an exponential backoff section.
@@ -466,6 +470,7 @@ func (f *File) relayConfig(byName map[string]sinks.Sink) relay.Config {
 		Retention:           r.Retention,
 		StopKeyOnDeadLetter: r.StopKeyOnDeadLetter,
 		ShutdownTimeout:     r.ShutdownTimeout,
+		MetricsTopics:       r.MetricsTopics,
 	}
 	for _, rs := range f.routes {
 		route := relay.Route{Topics: rs.topics}
