@@ -64,12 +64,16 @@ func (s *store) claim(ctx context.Context, mask uint64, limit int, queueSinks []
 		skip = []int64{}
 	}
 	b := &pgx.Batch{}
+	b.Queue(s.planSQL)
 	b.Queue(s.claimSQL, int64(mask), limit, lowest, highest, skip)
 	if queueSinks != nil {
 		b.Queue(s.claimQueueSQL, queueSinks, int64(mask), lowest, highest, limit)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("claiming events: %w", err)
+	}
 	if fresh, err = readItems(br, limit, false); err != nil {
 		return nil, nil, fmt.Errorf("claiming events: %w", err)
 	}

@@ -50,8 +50,10 @@ type Relay struct {
 	tracer trace.Tracer
 
 	// recorded counts events recorded since the vacuum loop was last asked
-	// to look at dead tuples (vacuumCheck).
+	// to look at dead tuples (vacuumCheck); queued, deliveries queued since
+	// it was last asked to look at the tables' growth.
 	recorded    atomic.Int64
+	queued      atomic.Int64
 	vacuumCheck chan struct{}
 }
 

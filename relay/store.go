@@ -42,7 +42,6 @@ type store struct {
 	purgeDoneSQL                                         string
 	statsSQL, statsCleanSQL                              string
 	outboxName, deliveriesName                           string
-	vacuumOutboxSQL, vacuumDeliveriesSQL                 string
 }
 
 // removal holds the statements that record a batch's outbox rows: see
@@ -163,18 +162,16 @@ SELECT count(*) FROM src`,
 	return &store{
 		pool:  pool,
 		owner: owner,
-		// A record of deliveries runs after planSQL, in the same (implicit)
-		// transaction: no sequential scan, hash or merge join. Each of its
+		// Claims and records run after planSQL, in the same (implicit)
+		// transaction: no sequential scan, hash or merge join. Each of their
 		// statements reads a batch's rows through an index, and PostgreSQL
 		// keeps a statement's generic plan, made for the tables' sizes when
 		// it was first run, for as long as the connection lives or the table
 		// is not analyzed: a plan made while the deliveries table was empty
-		// would read the whole table on every record once it grew
-		// (TestStatementsKeepToTheIndexesAsTablesGrow). The claims and the
-		// happy path's record need no such help: their only plans walk an
-		// index, whatever the sizes (the same test checks them), and they
-		// run most often.
-		// A record waits at most lock_timeout for a lock (see removal).
+		// (and analyzed so) would read the whole table for every claimed
+		// row once it grew (TestStatementsKeepToTheIndexesAsTablesGrow).
+		// A record waits at most lock_timeout for a lock (see removal); a
+		// claim takes none.
 		planSQL: `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
        set_config('enable_mergejoin', 'off', true), set_config('lock_timeout', '1s', true)`,
 		// The claim: the oldest due rows of this relay's lanes, read
@@ -341,13 +338,6 @@ WHERE (d.sink, d.seq) IN (
     LIMIT $3)`,
 		outboxName:     o,
 		deliveriesName: dl,
-		// SKIP_LOCKED: never queue behind an autovacuum already at work. No
-		// TRUNCATE: giving the empty end of a table back to the system
-		// takes an exclusive lock that a manual VACUUM waits for, and every
-		// claim and insert then waits behind it (autovacuum's truncation
-		// gives way instead).
-		vacuumOutboxSQL:     `VACUUM (SKIP_LOCKED, ANALYZE, TRUNCATE false) ` + o,
-		vacuumDeliveriesSQL: `VACUUM (SKIP_LOCKED, ANALYZE, TRUNCATE false) ` + dl,
 		purgeDoneSQL: `DELETE FROM ` + o + ` WHERE seq IN (
     SELECT seq FROM ` + o + ` WHERE status = 'done' AND finished_at < now() - $1::interval
     ORDER BY finished_at LIMIT $2)`,
@@ -554,34 +544,69 @@ func (s *store) deadLetterUnrouted(ctx context.Context, routed []string) (int64,
 	}
 }
 
-// vacuumIfNeeded vacuums the outbox and the deliveries table, each when it
-// holds more than threshold dead tuples. Every delivered event leaves one,
-// and the claims walk past them until a vacuum removes them: with
-// autovacuum off or behind, claims would slow without bound. A table that
-// does not need it is left alone: the deliveries table grows by a row per
-// event while a sink is down, with nothing for a vacuum to remove. It
-// reports whether it vacuumed.
-func (s *store) vacuumIfNeeded(ctx context.Context, threshold int64) (bool, error) {
-	var outboxDead, deliveriesDead int64
-	err := s.pool.QueryRow(ctx, `SELECT
-    coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass($1)), 0),
-    coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass($2)), 0)`,
-		s.outboxName, s.deliveriesName).Scan(&outboxDead, &deliveriesDead)
+// maintenance says what maintainTables did.
+type maintenance struct {
+	vacuumed, analyzed []string
+}
+
+// maintainTables vacuums the outbox and the deliveries table, each when it
+// holds more than threshold dead tuples, and analyzes each that has grown
+// to more than twice its size when last analyzed.
+//
+// Every delivered event leaves a dead tuple, and the claims walk past them
+// until a vacuum removes them: with autovacuum off or behind, claims would
+// slow without bound. A table that does not need it is left alone: the
+// deliveries table grows by a row per event while a sink is down, with
+// nothing for a vacuum to remove.
+//
+// That growth is what the analyze is for. PostgreSQL keeps a statement's
+// generic plan, made for the sizes the table had then, until the table is
+// analyzed: plans made while the deliveries table was empty looked up each
+// claimed event's queues by walking every head, and a claim took seconds
+// once the table held 100,000 rows. Analyzing at each doubling makes them
+// plan again, and costs a sample of the table each time.
+func (s *store) maintainTables(ctx context.Context, threshold int64) (maintenance, error) {
+	var done maintenance
+	names := []string{s.outboxName, s.deliveriesName}
+	rows, err := s.pool.Query(ctx, `SELECT coalesce(st.n_dead_tup, 0), c.relpages::bigint,
+       pg_relation_size(c.oid) / current_setting('block_size')::bigint
+FROM unnest($1::text[]) WITH ORDINALITY AS t(name, i)
+JOIN pg_class c ON c.oid = to_regclass(t.name)
+LEFT JOIN pg_stat_user_tables st ON st.relid = c.oid
+ORDER BY t.i`, names)
 	if err != nil {
-		return false, fmt.Errorf("reading dead tuples of %s: %w", s.outboxName, err)
+		return done, fmt.Errorf("reading the sizes and dead tuples of %s: %w", s.outboxName, err)
 	}
-	vacuumed := false
-	for _, t := range []struct {
-		name, sql string
-		dead      int64
-	}{{s.outboxName, s.vacuumOutboxSQL, outboxDead}, {s.deliveriesName, s.vacuumDeliveriesSQL, deliveriesDead}} {
-		if t.dead < threshold {
-			continue
-		}
-		if _, err := s.pool.Exec(ctx, t.sql); err != nil {
-			return vacuumed, fmt.Errorf("vacuuming %s (%d dead tuples): %w", t.name, t.dead, err)
-		}
-		vacuumed = true
+	type size struct{ dead, analyzedPages, pages int64 }
+	sizes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (size, error) {
+		var z size
+		return z, row.Scan(&z.dead, &z.analyzedPages, &z.pages)
+	})
+	if err != nil {
+		return done, fmt.Errorf("reading the sizes and dead tuples of %s: %w", s.outboxName, err)
 	}
-	return vacuumed, nil
+	if len(sizes) != len(names) {
+		return done, fmt.Errorf("reading the sizes of %s: found %d of its %d tables", s.outboxName, len(sizes), len(names))
+	}
+	for i, name := range names {
+		z := sizes[i]
+		switch {
+		case z.dead >= threshold:
+			// SKIP_LOCKED: never queue behind an autovacuum already at
+			// work. No TRUNCATE: giving the empty end of a table back to
+			// the system takes an exclusive lock that a manual VACUUM
+			// waits for, and every claim and insert then waits behind it
+			// (autovacuum's truncation gives way instead).
+			if _, err := s.pool.Exec(ctx, `VACUUM (SKIP_LOCKED, ANALYZE, TRUNCATE false) `+name); err != nil {
+				return done, fmt.Errorf("vacuuming %s (%d dead tuples): %w", name, z.dead, err)
+			}
+			done.vacuumed = append(done.vacuumed, name)
+		case z.pages > 2*z.analyzedPages+analyzeAfterPages:
+			if _, err := s.pool.Exec(ctx, `ANALYZE (SKIP_LOCKED) `+name); err != nil {
+				return done, fmt.Errorf("analyzing %s (%d pages, %d when last analyzed): %w", name, z.pages, z.analyzedPages, err)
+			}
+			done.analyzed = append(done.analyzed, name)
+		}
+	}
+	return done, nil
 }

@@ -16,6 +16,13 @@ const (
 	// the outbox's dead tuples (each recorded event leaves one), besides the
 	// look every maintainEvery.
 	vacuumCheckEvery = 5000
+	// queuedCheckEvery is how many deliveries this relay queues (while a
+	// sink fails) between two looks at the tables' growth.
+	queuedCheckEvery = 2000
+	// analyzeAfterPages is how many pages a table grows by, past twice its
+	// size when last analyzed, before the relay analyzes it (see
+	// maintainTables).
+	analyzeAfterPages = 8
 )
 
 // countRecorded adds a recorded batch of n events and asks the vacuum loop
@@ -26,6 +33,22 @@ func (r *Relay) countRecorded(n int) {
 		return
 	}
 	r.recorded.Store(0)
+	r.askVacuumLoop()
+}
+
+// countQueued adds n deliveries queued by a record, and asks the vacuum
+// loop for a look at the tables' growth every queuedCheckEvery of them: a
+// sink that is down grows the deliveries table by thousands of rows a
+// second.
+func (r *Relay) countQueued(n int) {
+	if n == 0 || r.queued.Add(int64(n)) < queuedCheckEvery {
+		return
+	}
+	r.queued.Store(0)
+	r.askVacuumLoop()
+}
+
+func (r *Relay) askVacuumLoop() {
 	select {
 	case r.vacuumCheck <- struct{}{}:
 	default:
@@ -33,8 +56,9 @@ func (r *Relay) countRecorded(n int) {
 }
 
 // vacuumLoop vacuums the outbox and deliveries tables whenever either holds
-// more than vacuumAfterDeadTuples dead tuples, looking every maintainEvery
-// and whenever countRecorded asks. Every delivered event leaves a dead tuple
+// more than vacuumAfterDeadTuples dead tuples, and analyzes either when it
+// has grown (maintainTables), looking every maintainEvery and whenever
+// countRecorded or countQueued asks. Every delivered event leaves a dead tuple
 // that claims walk past until a vacuum removes it: at 10,000 events/s a
 // look every 10 s let 100,000 pile up between vacuums, and the claims of the
 // last seconds before each one drove the p99 latency up. Full batches (a
@@ -53,12 +77,12 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 		case <-r.vacuumCheck:
 		}
 		start := time.Now()
-		vacuumed, err := s.vacuumIfNeeded(ctx, vacuumAfterDeadTuples)
+		done, err := s.maintainTables(ctx, vacuumAfterDeadTuples)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("relay: vacuum failed", "error", err)
-		case vacuumed:
-			r.log.Debug("relay: vacuumed the outbox tables", "took", time.Since(start))
+		case len(done.vacuumed)+len(done.analyzed) > 0:
+			r.log.Debug("relay: maintained the outbox tables", "vacuumed", done.vacuumed, "analyzed", done.analyzed, "took", time.Since(start))
 		}
 	}
 }

@@ -322,6 +322,7 @@ func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 			}
 			w.r.cfg.Observer.Recorded(n, time.Since(start))
 			w.r.countRecorded(n)
+			w.r.countQueued(len(o.fromOutbox.seqs) + len(o.fromRouting.seqs))
 			w.r.recordFailed(w, nil)
 			w.leave(left)
 			return nil
