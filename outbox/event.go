@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -133,12 +134,14 @@ func (e *Event) validate(index int) error {
 	if reason := textProblem(e.ContentType); reason != "" {
 		return fail("content_type", "%s", reason)
 	}
-	if len(e.Payload) > 0 && e.payloadIsJSON() && (!utf8.Valid(e.Payload) || !json.Valid(e.Payload)) {
-		ct := e.ContentType
-		if ct == "" {
-			ct = ContentTypeJSON
+	if len(e.Payload) > 0 && e.payloadIsJSON() {
+		if why := jsonProblem(e.Payload); why != "" {
+			ct := e.ContentType
+			if ct == "" {
+				ct = ContentTypeJSON
+			}
+			return fail("payload", "not valid JSON (content type %s): %s", ct, why)
 		}
-		return fail("payload", "not valid JSON (content type %s)", ct)
 	}
 	if err := validateHeaders(index, e.Headers); err != nil {
 		return err
@@ -221,4 +224,25 @@ func textProblem(s string) string {
 		return "contains a NUL byte, which PostgreSQL text cannot hold"
 	}
 	return ""
+}
+
+// jsonProblem says what is wrong with a JSON payload, or "" when nothing
+// is. PostgreSQL's json type stores values nested deeper than Go's
+// encoding/json (and so every sink) accepts: those are refused here, saying
+// so, rather than dead-lettered later.
+func jsonProblem(payload []byte) string {
+	if !utf8.Valid(payload) {
+		return "not valid UTF-8"
+	}
+	if json.Valid(payload) {
+		return ""
+	}
+	var syntax *json.SyntaxError
+	if err := json.Unmarshal(payload, new(json.RawMessage)); errors.As(err, &syntax) {
+		if strings.HasSuffix(syntax.Error(), "exceeded max depth") {
+			return fmt.Sprintf("arrays and objects nest deeper than 10000 levels at byte %d, the most the relay's JSON encoder accepts", syntax.Offset)
+		}
+		return fmt.Sprintf("%s at byte %d", syntax, syntax.Offset)
+	}
+	return "not one JSON value"
 }

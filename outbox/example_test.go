@@ -159,7 +159,7 @@ func ExampleValidationError() {
 		fmt.Println(invalid.Index, invalid.Field)
 	}
 	// Output:
-	// outbox: events[1].payload: not valid JSON (content type application/json)
+	// outbox: events[1].payload: not valid JSON (content type application/json): unexpected end of JSON input at byte 9
 	// 1 payload
 }
 

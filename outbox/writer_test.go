@@ -105,7 +105,6 @@ type storedRow struct {
 	availableAt  time.Time
 	maxAttempts  pgtype.Int4
 	status       string
-	attempts     int32
 	delayMicros  int64 // available_at - created_at
 	payloadIsBin bool  // payload_bin IS NOT NULL
 }
@@ -113,7 +112,7 @@ type storedRow struct {
 func readRows(t testing.TB, b *bundle) []storedRow {
 	t.Helper()
 	rows, err := b.pool.Query(context.Background(), `SELECT seq, id, topic, key, payload::text, payload_bin, content_type,
-		headers, created_at, available_at, max_attempts, status, attempts,
+		headers, created_at, available_at, max_attempts, status,
 		(extract(epoch FROM available_at - created_at) * 1000000)::bigint, payload_bin IS NOT NULL
 		FROM `+b.tables.Outbox()+` ORDER BY seq`)
 	if err != nil {
@@ -123,7 +122,7 @@ func readRows(t testing.TB, b *bundle) []storedRow {
 		var s storedRow
 		var headers []byte
 		err := r.Scan(&s.seq, &s.id, &s.topic, &s.key, &s.payload, &s.payloadBin, &s.contentType,
-			&headers, &s.createdAt, &s.availableAt, &s.maxAttempts, &s.status, &s.attempts, &s.delayMicros, &s.payloadIsBin)
+			&headers, &s.createdAt, &s.availableAt, &s.maxAttempts, &s.status, &s.delayMicros, &s.payloadIsBin)
 		if err == nil {
 			err = json.Unmarshal(headers, &s.headers)
 		}
@@ -173,9 +172,9 @@ func TestEnqueueWritesEveryColumn(t *testing.T) {
 				t.Fatalf("%d rows stored, want %d", len(rows), len(events))
 			}
 			for i, r := range rows {
-				if r.id != ids[i] || r.topic != events[i].Topic || r.status != "pending" || r.attempts != 0 {
-					t.Errorf("row %d: id %s topic %q status %q attempts %d; want id %s topic %q pending 0",
-						i, r.id, r.topic, r.status, r.attempts, ids[i], events[i].Topic)
+				if r.id != ids[i] || r.topic != events[i].Topic || r.status != "pending" {
+					t.Errorf("row %d: id %s topic %q status %q; want id %s topic %q pending",
+						i, r.id, r.topic, r.status, ids[i], events[i].Topic)
 				}
 			}
 
@@ -324,7 +323,7 @@ INSERT INTO `+b.tables.Outbox()+` (topic, key, payload) VALUES ('orders.created'
 	}
 	r := rows[0]
 	if r.id == uuid.Nil || r.key.String != "order-1" || r.payload.String != `{"id": 1}` || r.payloadIsBin ||
-		r.contentType.Valid || len(r.headers) != 0 || r.status != "pending" || r.attempts != 0 ||
+		r.contentType.Valid || len(r.headers) != 0 || r.status != "pending" ||
 		r.maxAttempts.Valid {
 		t.Fatalf("defaults not applied: %+v", r)
 	}
