@@ -79,6 +79,14 @@ func (s *sinkState) pausedTill() time.Time {
 	return s.pausedUntil
 }
 
+// probing reports whether the sink was found down and its pause is over:
+// the next publish finds out whether it is back.
+func (s *sinkState) probing(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failures > 0 && !s.pausedUntil.After(now)
+}
+
 // batch carries one claimed batch through plan, publish and settle.
 type batch struct {
 	r      *Relay

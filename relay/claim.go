@@ -50,12 +50,27 @@ type item struct {
 	elsewhere []string
 }
 
-// claim reads up to limit due outbox rows of the lanes in mask, in seq order,
-// and, unless queueSinks is nil, from each queue sink in queueSinks up to
-// limit due deliveries of those lanes, heads each followed by their waiting
-// deliveries. Outbox rows in skip are left out. Both reads go in one round
-// trip. An empty mask claims nothing.
-func (s *store) claim(ctx context.Context, mask uint64, limit int, queueSinks []string, skip []int64) (fresh, queued []item, err error) {
+// claimLimits bound what one claim loads.
+type claimLimits struct {
+	// rows is the most outbox rows, and the most deliveries per sink.
+	rows int
+	// bytes is the most payload bytes in all (an event larger than that
+	// comes alone), shared between the outbox rows and the deliveries
+	// when both are claimed.
+	bytes int64
+	// eventBytes is the largest payload loaded: a larger one is left in
+	// the database, and its event comes with an error saying why.
+	eventBytes int64
+}
+
+// claim reads up to limit.rows due outbox rows of the lanes in mask, in seq
+// order, and, unless queueSinks is nil, from each queue sink in queueSinks
+// (the earlier first, when bytes run short) up to its queueHeads due heads
+// of those lanes, each followed by its waiting deliveries, queueRows rows at
+// most per sink. Outbox
+// rows in skip are left out. Both reads go in one round trip. An empty mask
+// claims nothing.
+func (s *store) claim(ctx context.Context, mask uint64, limit claimLimits, queueSinks []string, queueHeads []int32, queueRows int, skip []int64) (fresh, queued []item, err error) {
 	if mask == 0 {
 		return nil, nil, nil
 	}
@@ -63,11 +78,15 @@ func (s *store) claim(ctx context.Context, mask uint64, limit int, queueSinks []
 	if skip == nil {
 		skip = []int64{}
 	}
+	bytes := limit.bytes
+	if queueSinks != nil {
+		bytes /= 2
+	}
 	b := &pgx.Batch{}
 	b.Queue(s.planSQL)
-	b.Queue(s.claimSQL, int64(mask), limit, lowest, highest, skip)
+	b.Queue(s.claimSQL, int64(mask), limit.rows, lowest, highest, skip, limit.eventBytes, bytes, s.config)
 	if queueSinks != nil {
-		b.Queue(s.claimQueueSQL, queueSinks, int64(mask), lowest, highest, limit)
+		b.Queue(s.claimQueueSQL, queueSinks, int64(mask), lowest, highest, queueHeads, limit.eventBytes, bytes, s.config, queueRows)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -90,13 +109,13 @@ func (s *store) claim(ctx context.Context, mask uint64, limit int, queueSinks []
 
 // readItems reads the next result of a claim batch: outbox rows, or (with
 // deliveries) deliveries, which have more columns.
-func readItems(br pgx.BatchResults, capacity int, deliveries bool) ([]item, error) {
+func readItems(br pgx.BatchResults, limit claimLimits, deliveries bool) ([]item, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := make([]item, 0, capacity)
+	out := make([]item, 0, limit.rows)
 	var (
 		id                  pgtype.UUID
 		key, contentType    pgtype.Text
@@ -104,12 +123,13 @@ func readItems(br pgx.BatchResults, capacity int, deliveries bool) ([]item, erro
 		headers             []byte
 		maxAttempts         pgtype.Int4
 		attempts            int32
+		payloadBytes        int32
 		createdAt           pgtype.Timestamptz
 	)
 	for rows.Next() {
 		it := item{delivery: deliveries}
 		dest := []any{&it.seq, &id, &it.topic, &key, &payload, &payloadBin, &contentType, &headers,
-			&createdAt, &maxAttempts, &it.lane, &it.queued}
+			&createdAt, &maxAttempts, &it.lane, &it.queued, &payloadBytes}
 		if deliveries {
 			dest = append(dest, &it.sink, &attempts, &it.head, &it.elsewhere)
 		}
@@ -118,6 +138,8 @@ func readItems(br pgx.BatchResults, capacity int, deliveries bool) ([]item, erro
 		}
 		it.id, it.key, it.maxAttempts, it.attempts = uuidString(id), key.String, int(maxAttempts.Int32), int(attempts)
 		switch {
+		case int64(payloadBytes) > limit.eventBytes:
+			it.decodeErr = fmt.Errorf("its payload is %d bytes, more than relay.max_event_bytes (%d): left unloaded", payloadBytes, limit.eventBytes)
 		case payloadBin != nil:
 			it.payload = payloadBin
 			it.contentType = "application/octet-stream"

@@ -30,6 +30,13 @@ type Config struct {
 	Owner string
 	// BatchSize is the most events claimed per round trip. Defaults to 1000.
 	BatchSize int
+	// MaxBatchBytes bounds the payload bytes one claim loads, new events
+	// and queued deliveries together; an event larger than that is claimed
+	// alone. Defaults to 64 MiB.
+	MaxBatchBytes int64
+	// MaxEventBytes is the largest payload the relay loads: a larger event
+	// is dead-lettered, saying so, without being read. Defaults to 16 MiB.
+	MaxEventBytes int64
 	// Workers is the number of claim loops in this relay. Each leases its
 	// own block of lanes, so their database round trips overlap; they share
 	// the sinks. Defaults to 2.
@@ -94,6 +101,9 @@ type Config struct {
 // OtherTopics is the topic label of events whose topic matches none of
 // Config.MetricsTopics.
 const OtherTopics = "(other)"
+
+// maxPayloadBytes is the most bytes PostgreSQL stores in one value.
+const maxPayloadBytes = 1 << 30
 
 // maxMetricsTopics bounds Config.MetricsTopics: each is a label value of
 // every per-topic series.
@@ -227,6 +237,12 @@ func (c Config) WithDefaults() Config {
 	if c.BatchSize == 0 {
 		c.BatchSize = 1000
 	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 64 << 20
+	}
+	if c.MaxEventBytes == 0 {
+		c.MaxEventBytes = 16 << 20
+	}
 	if c.Workers == 0 {
 		c.Workers = 2
 	}
@@ -277,6 +293,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.BatchSize < 1 || c.BatchSize > 10000:
 		return fmt.Errorf("relay.batch_size: must be between 1 and 10000, got %d", c.BatchSize)
+	case c.MaxBatchBytes < 1:
+		return fmt.Errorf("relay.max_batch_bytes: must be positive, got %d", c.MaxBatchBytes)
+	case c.MaxEventBytes < 1 || c.MaxEventBytes > maxPayloadBytes:
+		return fmt.Errorf("relay.max_event_bytes: must be between 1 and %d (1 GiB, the most PostgreSQL stores in a value), got %d", maxPayloadBytes, c.MaxEventBytes)
 	case c.Workers < 1 || c.Workers > 64:
 		return fmt.Errorf("relay.workers: must be between 1 and 64, got %d", c.Workers)
 	case c.Lease < time.Second:

@@ -212,7 +212,7 @@ func TestHotKeyClaimIsLinear(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		return queryPlan(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.claimSQL, int64(-1), 1000, 0, 63, []int64{})
+		return queryPlan(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.claimSQL, int64(-1), 1000, 0, 63, []int64{}, int64(16<<20), int64(64<<20), "")
 	}
 	// inQueue moves the outbox rows of key into deliveries on sinks, in
 	// state (ready or dead).
@@ -302,10 +302,10 @@ func TestLockedHeadIsNotOvertaken(t *testing.T) {
 	seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
 
 	s := newStore(b.pool, b.tables, "no-writes")
-	if _, _, err := s.refreshLanes(ctx, time.Minute); err != nil {
+	if _, _, _, err := s.refreshLanes(ctx, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := s.claim(ctx, ^uint64(0), 10, []string{""}, nil); err != nil || len(got) != 2 {
+	if got, _, err := s.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil); err != nil || len(got) != 2 {
 		t.Fatalf("claimed %d rows: %v", len(got), err)
 	}
 	if n := b.count(t, "xmax <> 0"); n != 0 {

@@ -25,6 +25,12 @@ func PoolSize(workers int) int32 { return int32(workers) + 3 }
 //     otherwise plan the claim afresh on each call (about 1–2 ms, more than
 //     executing it on a small table). Its generic plan walks the claim index
 //     like the custom one, checked on a 200,000-event backlog.
+//   - jit=off. The relay's statements read a batch's rows through indexes
+//     in milliseconds; compiling one takes longer than running it, and
+//     PostgreSQL decides to compile from cost estimates that a table
+//     without a usable index can inflate (claims once took two seconds
+//     each, all of it compiling). The claims and records turn it off for
+//     themselves too.
 //   - application_name=herald-relay, so operators can find relay sessions.
 func ConfigurePool(cfg *pgxpool.Config) {
 	params := cfg.ConnConfig.RuntimeParams
@@ -33,6 +39,9 @@ func ConfigurePool(cfg *pgxpool.Config) {
 	}
 	if _, ok := params["plan_cache_mode"]; !ok {
 		params["plan_cache_mode"] = "force_generic_plan"
+	}
+	if _, ok := params["jit"]; !ok {
+		params["jit"] = "off"
 	}
 	if _, ok := params["application_name"]; !ok {
 		params["application_name"] = "herald-relay"

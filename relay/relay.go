@@ -39,12 +39,17 @@ type Relay struct {
 	fanOut int
 
 	// pausedMu guards pausedSince (sink → paused since), written when a
-	// sink is paused or resumed and read by PausedSinks, and recordErrs
+	// sink is paused or resumed and read by PausedSinks, recordErrs
 	// (worker → the failure of its record, since when), read by
-	// RecordFailure.
+	// RecordFailure, and supersededSince, read by Superseded.
 	pausedMu    sync.Mutex
 	pausedSince map[string]time.Time
 	recordErrs  map[*worker]recordFailure
+	// supersededSince holds, per worker, since when its lane refreshes
+	// have found a newer configuration live.
+	supersededSince map[*worker]time.Time
+	// config is the fingerprint of the routes (see configFingerprint).
+	config string
 
 	// tracer is nil when tracing is off.
 	tracer trace.Tracer
@@ -74,14 +79,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	r := &Relay{
-		cfg:         cfg,
-		pool:        pool,
-		log:         cfg.Logger.With("relay", cfg.Owner),
-		routeCache:  map[string]topicInfo{},
-		sinkStates:  map[string]*sinkState{},
-		pausedSince: map[string]time.Time{},
-		recordErrs:  map[*worker]recordFailure{},
-		vacuumCheck: make(chan struct{}, 1),
+		cfg:             cfg,
+		pool:            pool,
+		log:             cfg.Logger.With("relay", cfg.Owner),
+		routeCache:      map[string]topicInfo{},
+		sinkStates:      map[string]*sinkState{},
+		pausedSince:     map[string]time.Time{},
+		recordErrs:      map[*worker]recordFailure{},
+		supersededSince: map[*worker]time.Time{},
+		config:          configFingerprint(cfg.Routes),
+		vacuumCheck:     make(chan struct{}, 1),
 	}
 	if conns, least := pool.Config().MaxConns, PoolSize(cfg.Workers)-1; conns < least {
 		r.log.Warn("relay: the connection pool is smaller than the relay needs; its loops will wait for each other",
@@ -95,7 +102,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		r.workers = append(r.workers, &worker{
 			r:      r,
 			index:  i,
-			store:  newStore(pool, cfg.Tables, owner),
+			store:  newStore(pool, cfg.Tables, owner).withConfig(r.config),
 			log:    cfg.Logger.With("relay", owner),
 			wake:   make(chan struct{}, 1),
 			relane: make(chan struct{}, 1),
@@ -140,16 +147,28 @@ func (rt *route) target(sink string) *routeTarget {
 	return nil
 }
 
-// queueSinks lists the queues to claim from at now: the routing step's
-// ("") and every sink's that is not paused.
-func (r *Relay) queueSinks(now time.Time) []string {
-	out := make([]string, 1, len(r.sinkNames)+1)
+// queueSinks lists the queues to claim from at now, with the most heads
+// to claim from each (share, or one for a probe): the routing step's ("")
+// and every sink's that is not paused.
+func (r *Relay) queueSinks(now time.Time, share int32) (names []string, limits []int32) {
+	names = make([]string, 1, len(r.sinkNames)+1)
+	limits = make([]int32, 1, len(r.sinkNames)+1)
+	limits[0] = share
 	for _, name := range r.sinkNames {
-		if !r.sinkStates[name].pausedTill().After(now) {
-			out = append(out, name)
+		st := r.sinkStates[name]
+		switch {
+		case st.pausedTill().After(now):
+		case st.probing(now):
+			// A probe claims one queue: if the sink is still down, the
+			// heads of the others were not read for nothing. (One
+			// delivery would do, but a queue cut short must then have
+			// its next delivery made head, a write more.)
+			names, limits = append(names, name), append(limits, 1)
+		default:
+			names, limits = append(names, name), append(limits, share)
 		}
 	}
-	return out
+	return names, limits
 }
 
 // topicInfo is what the relay knows of a topic: its route (nil when none
@@ -262,6 +281,57 @@ func (r *Relay) recordFailed(w *worker, err error) {
 	}
 }
 
+// setSuperseded notes whether a relay with a newer configuration than
+// this one's is live, as w's last lane refresh found.
+func (r *Relay) setSuperseded(w *worker, superseded bool) {
+	r.pausedMu.Lock()
+	defer r.pausedMu.Unlock()
+	since, was := r.supersededSince[w]
+	switch {
+	case superseded && !was:
+		r.supersededSince[w] = time.Now()
+		w.log.Warn("relay: a relay with a newer configuration (routes and sinks) is live; this relay claims nothing until it is the newest again",
+			"config", r.config)
+	case !superseded && was:
+		delete(r.supersededSince, w)
+		w.log.Info("relay: this relay's configuration is the newest live again; claiming resumes",
+			"config", r.config, "after", time.Since(since).Round(time.Millisecond))
+	}
+}
+
+// Superseded reports since when a relay with a newer configuration (other
+// routes or sinks) has been live on this outbox, the zero time when none
+// is. While one is, this relay claims nothing: during a rolling change of
+// routes, no event is routed by the configuration being replaced. It is
+// safe to call from any goroutine.
+func (r *Relay) Superseded() time.Time {
+	r.pausedMu.Lock()
+	defer r.pausedMu.Unlock()
+	var since time.Time
+	for _, s := range r.supersededSince {
+		if since.IsZero() || s.Before(since) {
+			since = s
+		}
+	}
+	return since
+}
+
+// Config returns the fingerprint of the relay's routes and sinks that
+// relays sharing its outbox compare.
+func (r *Relay) Config() string { return r.config }
+
+// pausedSinkNames returns the names of the sinks paused now, sorted.
+func (r *Relay) pausedSinkNames() []string {
+	r.pausedMu.Lock()
+	defer r.pausedMu.Unlock()
+	names := make([]string, 0, len(r.pausedSince))
+	for name := range r.pausedSince {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // RecordFailure reports since when the relay has been unable to record what
 // it published (the database refuses, or its role lost a privilege), and the
 // latest error; the zero time when it records fine. While it cannot, it
@@ -348,7 +418,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.vacuumLoop(ctx)
 	}()
 	r.log.Info("relay: started", "tables", r.cfg.Tables.Outbox(), "workers", len(r.workers),
-		"batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease, "poll_only", r.cfg.PollOnly)
+		"batch_size", r.cfg.BatchSize, "lease", r.cfg.Lease, "poll_only", r.cfg.PollOnly, "config", r.config)
 
 	// Announce every worker before any takes lanes, so that the first
 	// split into blocks already counts them all.

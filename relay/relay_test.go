@@ -331,10 +331,10 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 	// A relay claims the batch (and all lanes) and dies before recording.
 	ctx := context.Background()
 	dead := newStore(b.pool, b.tables, "crashed-relay")
-	if _, _, err := dead.refreshLanes(ctx, 2*time.Second); err != nil {
+	if _, _, _, err := dead.refreshLanes(ctx, 2*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
-	rows, _, err := dead.claim(ctx, ^uint64(0), 10, []string{""}, nil)
+	rows, _, err := dead.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil)
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("crashed relay claimed %d rows: %v", len(rows), err)
 	}
@@ -517,12 +517,12 @@ func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 	const lease = 2 * time.Second
 	old := newStore(b.pool, b.tables, "old-relay")
 	renewed := time.Now()
-	if _, _, err := old.refreshLanes(ctx, lease); err != nil {
+	if _, _, _, err := old.refreshLanes(ctx, lease, nil); err != nil {
 		t.Fatal(err)
 	}
 	b.insert(t, ev{topic: "t", key: "k"})
 	time.Sleep(time.Until(renewed.Add(lease*2/3 - 50*time.Millisecond)))
-	rows, _, err := old.claim(ctx, ^uint64(0), 10, []string{""}, nil)
+	rows, _, err := old.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("old relay claimed %d rows: %v", len(rows), err)
 	}

@@ -29,6 +29,9 @@ const laneSQL = `(hashtext(coalesce(key, id::text)) & 63)`
 type store struct {
 	pool  *pgxpool.Pool
 	owner string
+	// config is the fingerprint of this relay's routes: only relays with
+	// the newest configuration among the live ones claim (see newest).
+	config string
 
 	planSQL, claimSQL, claimQueueSQL string
 	// removals[keepDone][skipLocked] remove (or mark done) a batch's
@@ -42,6 +45,13 @@ type store struct {
 	purgeDoneSQL                                         string
 	statsSQL, statsCleanSQL                              string
 	outboxName, deliveriesName                           string
+}
+
+// withConfig sets the fingerprint of the relay's routes the store announces
+// and claims under.
+func (s *store) withConfig(config string) *store {
+	s.config = config
+	return s
 }
 
 // removal holds the statements that record a batch's outbox rows: see
@@ -60,6 +70,19 @@ const (
     max_attempts, state, stops_key, attempts, next_at, last_error, dead_at`
 )
 
+// A claim loads payloads up to a budget of bytes ($7) and none past
+// relay.max_event_bytes ($6): loadedSize is what a row's payload costs the
+// budget, and payloadsUpTo its payload columns, NULL when too large (the
+// relay dead-letters the event, saying why, from its payload_bytes).
+func loadedSize(alias string) string {
+	return `CASE WHEN ` + alias + `.payload_bytes <= $6 THEN ` + alias + `.payload_bytes ELSE 0 END`
+}
+
+func payloadsUpTo(alias string) string {
+	return `CASE WHEN ` + alias + `.payload_bytes <= $6 THEN ` + alias + `.payload END, ` +
+		`CASE WHEN ` + alias + `.payload_bytes <= $6 THEN ` + alias + `.payload_bin END`
+}
+
 func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
 	o, dl, l, r, st := t.Outbox(), t.Deliveries(), t.Lanes(), t.Relays(), t.Stats()
 	// Writes are fenced by lane: a relay writes only rows of lanes it still
@@ -68,6 +91,12 @@ func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
 	// for the record in flight, and a record after the takeover leaves the
 	// lane's events to their new owner. $1 is always the owner.
 	mine := `ARRAY(SELECT lane FROM ` + l + ` WHERE owner = $1 ORDER BY lane FOR SHARE)`
+	// newest is the configuration that most recently became live among the
+	// live relays; only relays running it claim. A claim tests it in the
+	// same snapshot as it reads events: once a relay with a new
+	// configuration has announced itself, no other claims an event.
+	newest := `(SELECT config FROM ` + r + ` WHERE heartbeat_until > now() ORDER BY config_since DESC, config LIMIT 1)`
+	current := `$8::text = coalesce(` + newest + `, $8::text)`
 	ownLane := laneSQL + ` = ANY(` + mine + `)`
 	ownDelivery := `d.lane = ANY(` + mine + `)`
 	// A delivery inserted as the head of its key's queue (ready, or dead
@@ -171,11 +200,16 @@ SELECT count(*) FROM src`,
 		// (and analyzed so) would read the whole table for every claimed
 		// row once it grew (TestStatementsKeepToTheIndexesAsTablesGrow).
 		// A record waits at most lock_timeout for a lock (see removal); a
-		// claim takes none.
+		// claim takes none. No JIT compilation: a sequential scan's
+		// disabled cost would make every statement reading a table
+		// without a usable index look worth compiling (ConfigurePool).
 		planSQL: `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-       set_config('enable_mergejoin', 'off', true), set_config('lock_timeout', '1s', true)`,
+       set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true), set_config('lock_timeout', '1s', true)`,
 		// The claim: the oldest due rows of this relay's lanes, read
-		// without locking them. Only the owner of a lane claims its events,
+		// without locking them, payloads up to $7 bytes in all (an event
+		// larger than that alone) and none larger than $6 (loadedSize),
+		// provided this relay runs the newest configuration ($8: see
+		// newest). Only the owner of a lane claims its events,
 		// one batch at a time, and a relay taking over an expired lane
 		// waits until its previous owner's batches are over
 		// (worker.quarantine): the lanes are the lease, and a row lock
@@ -208,55 +242,76 @@ SELECT count(*) FROM src`,
             WHERE d.key IS NOT NULL AND ` + queue.Head + ` AND d.lane > q.lane ORDER BY d.lane LIMIT 1)
     FROM queued q WHERE q.lane IS NOT NULL
 ), claimed AS (
-    SELECT ` + eventColumns + `, ` + laneSQL + ` AS lane
+    SELECT ` + eventColumns + `, ` + laneSQL + ` AS lane, available_at, payload_bytes
     FROM ` + o + `
     WHERE status = 'pending' AND available_at <= now()
       AND ` + laneSQL + ` BETWEEN $3 AND $4
       AND (($1::bigint >> ` + laneSQL + `) & 1) <> 0
       AND seq <> ALL($5::bigint[])
+      AND ` + current + `
     ORDER BY available_at, seq
     LIMIT $2
+), sized AS (
+    SELECT c.*, sum(` + loadedSize("c") + `) OVER (ORDER BY c.available_at, c.seq) AS upto
+    FROM claimed c
 )
-SELECT c.seq, c.id, c.topic, c.key, c.payload, c.payload_bin, c.content_type, c.headers, c.created_at,
+SELECT c.seq, c.id, c.topic, c.key, ` + payloadsUpTo("c") + `, c.content_type, c.headers, c.created_at,
        c.max_attempts, c.lane,
        CASE WHEN c.key IS NOT NULL AND c.lane = ANY(ARRAY(SELECT lane FROM queued WHERE lane IS NOT NULL))
-            THEN ARRAY(SELECT d.sink FROM ` + dl + ` d WHERE d.key = c.key AND ` + queue.Head + `) END
-FROM claimed c
+            THEN ARRAY(SELECT d.sink FROM ` + dl + ` d WHERE d.key = c.key AND ` + queue.Head + `) END,
+       c.payload_bytes
+FROM sized c
+WHERE c.upto <= $7 OR c.upto = ` + loadedSize("c") + `
 ORDER BY c.seq`,
 		// The queue claim: per sink in $1 (those not paused, and '' for the
 		// routing step), the due heads of this relay's lanes, oldest due
 		// first, each followed by the deliveries waiting behind it in seq
-		// order, at most $5 rows per sink. Only heads have a time; a
+		// order: at most as many heads as $5 gives the sink and $9 rows per
+		// sink, and payloads up to the bytes in $7 over all sinks, in $1's
+		// order (the claim of the outbox explains $6 and $8). Only heads
+		// have a time; a
 		// follower is claimed with its head, so a queue drains a batch at a
 		// time rather than an event per round trip. A delivery of the
 		// routing step comes with its key's queues, as a claimed outbox row
 		// does, and with the sinks where the event already has a delivery
 		// (it waits or died there; routing it again skips them).
-		claimQueueSQL: `SELECT d.seq, d.id, d.topic, d.key, d.payload, d.payload_bin, d.content_type, d.headers,
+		claimQueueSQL: `SELECT d.seq, d.id, d.topic, d.key, ` + payloadsUpTo("d") + `, d.content_type, d.headers,
        d.created_at, d.max_attempts, d.lane,
-       CASE WHEN s.sink = '' AND d.key IS NOT NULL
+       CASE WHEN d.sink = '' AND d.key IS NOT NULL
             THEN ARRAY(SELECT x.sink FROM ` + dl + ` x WHERE x.key = d.key AND (x.state = 'ready' OR x.stops_key)) END,
-       s.sink, d.attempts, d.state = 'ready',
-       CASE WHEN s.sink = '' THEN ARRAY(SELECT x.sink FROM ` + dl + ` x WHERE x.id = d.id AND x.sink <> '') END
-FROM unnest($1::text[]) AS s(sink)
-CROSS JOIN LATERAL (
-    SELECT f.* FROM (
-        SELECT h.key, h.seq FROM ` + dl + ` h
-        WHERE h.sink = s.sink AND h.state = 'ready' AND h.next_at <= now()
-          AND h.lane BETWEEN $3 AND $4 AND (($2::bigint >> h.lane) & 1) <> 0
-        ORDER BY h.next_at
-        LIMIT $5
-    ) h
-    CROSS JOIN LATERAL (
-        (SELECT * FROM ` + dl + ` d WHERE d.sink = s.sink AND d.seq = h.seq)
-        UNION ALL
-        (SELECT * FROM ` + dl + ` d
-         WHERE h.key IS NOT NULL AND d.key = h.key AND d.sink = s.sink AND ` + queue.Member + `
-           AND d.state = 'waiting' AND d.seq > h.seq
-         ORDER BY d.seq LIMIT $5)
-    ) f
-    LIMIT $5
-) d`,
+       d.payload_bytes, d.sink, d.attempts, d.state = 'ready',
+       CASE WHEN d.sink = '' THEN ARRAY(SELECT x.sink FROM ` + dl + ` x WHERE x.id = d.id AND x.sink <> '') END
+FROM (
+    SELECT q.*, sum(` + loadedSize("q") + `) OVER (ORDER BY q.sink_at, q.head_at, q.at) AS upto
+    FROM (
+        SELECT p.*, s.i AS sink_at
+        FROM unnest($1::text[], $5::int[]) WITH ORDINALITY AS s(sink, heads, i)
+        CROSS JOIN LATERAL (
+            SELECT f.*, h.head_at FROM (
+                SELECT h.key, h.seq, row_number() OVER (ORDER BY h.next_at) AS head_at FROM (
+                    SELECT h.key, h.seq, h.next_at FROM ` + dl + ` h
+                    WHERE h.sink = s.sink AND h.state = 'ready' AND h.next_at <= now()
+                      AND h.lane BETWEEN $3 AND $4 AND (($2::bigint >> h.lane) & 1) <> 0
+                      AND ` + current + `
+                    ORDER BY h.next_at
+                    LIMIT s.heads
+                ) h
+            ) h
+            CROSS JOIN LATERAL (
+                (SELECT d.*, 0::bigint AS at
+                 FROM ` + dl + ` d WHERE d.sink = s.sink AND d.seq = h.seq)
+                UNION ALL
+                (SELECT d.*, d.seq AS at FROM ` + dl + ` d
+                 WHERE h.key IS NOT NULL AND d.key = h.key AND d.sink = s.sink AND ` + queue.Member + `
+                   AND d.state = 'waiting' AND d.seq > h.seq
+                 ORDER BY d.seq LIMIT $9)
+            ) f
+            LIMIT $9
+        ) p
+    ) q
+) d
+WHERE d.upto <= $7 OR d.upto = ` + loadedSize("d") + `
+ORDER BY d.sink_at, d.head_at, d.at`,
 		removals: [2][2]removal{
 			{removalOf(false, false), removalOf(false, true)},
 			{removalOf(true, false), removalOf(true, true)},
@@ -297,11 +352,24 @@ WHERE d.sink = v.sink AND d.seq = v.seq AND ` + ownDelivery,
 		// The queues whose head left get the next delivery as head ($3 is
 		// the owner here: the fence of the promoted row).
 		promoteSQL: queue.PromoteSQL(t, `d.lane = ANY(ARRAY(SELECT lane FROM `+l+` WHERE owner = $3 ORDER BY lane FOR SHARE))`),
-		heartbeatSQL: `INSERT INTO ` + r + ` (owner, heartbeat_until) VALUES ($1, now() + $2::interval)
-ON CONFLICT (owner) DO UPDATE SET heartbeat_until = excluded.heartbeat_until`,
-		// The live relays, and how many of them sort before this one: its
-		// rank picks its block of lanes.
-		liveSQL:      `SELECT count(*), count(*) FILTER (WHERE owner < $1) FROM ` + r + ` WHERE heartbeat_until > now()`,
+		// A relay's configuration has been live since the earliest time a
+		// live relay announced it: a relay restarting into a configuration
+		// others still run does not make it new again, while one bringing
+		// back a configuration no live relay has (a rollback) does.
+		heartbeatSQL: `INSERT INTO ` + r + ` AS x (owner, heartbeat_until, config, config_since, paused_sinks)
+VALUES ($1, now() + $2::interval, $3,
+        coalesce((SELECT min(config_since) FROM ` + r + `
+                  WHERE config = $3 AND heartbeat_until > now() AND owner <> $1), now()),
+        $4)
+ON CONFLICT (owner) DO UPDATE SET heartbeat_until = excluded.heartbeat_until, paused_sinks = excluded.paused_sinks,
+    config = excluded.config,
+    config_since = CASE WHEN x.config = excluded.config AND x.heartbeat_until > now() THEN x.config_since
+                        ELSE excluded.config_since END`,
+		// The live relays with the newest configuration, how many of them
+		// sort before this one (its rank picks its block of lanes), and
+		// whether this relay is one of them.
+		liveSQL: `SELECT count(*), count(*) FILTER (WHERE owner < $1), $2 = coalesce(` + newest + `, $2)
+FROM ` + r + ` WHERE heartbeat_until > now() AND config = ` + newest,
 		ownerLiveSQL: `SELECT heartbeat_until FROM ` + r + ` WHERE owner = $1 AND heartbeat_until > now()`,
 		renewSQL:     `UPDATE ` + l + ` SET lease_until = now() + $2::interval WHERE owner = $1 RETURNING lane`,
 		releaseSQL:   `UPDATE ` + l + ` SET owner = NULL, lease_until = NULL WHERE owner = $1 AND lane = ANY($2)`,
@@ -372,8 +440,9 @@ func (s *store) flushStats(ctx context.Context, counts map[statKey]int64) error 
 	return nil
 }
 
-// refreshLanes renews this relay's heartbeat and lanes, then moves towards
-// holding its block: the live relays, ordered by owner name, split the
+// refreshLanes renews this relay's heartbeat (with the sinks it holds
+// paused) and lanes, then moves towards holding its block: the live relays
+// with the newest configuration, ordered by owner name, split the
 // lanes into consecutive blocks of 64 / live (the first ones a lane smaller
 // when it does not divide). Lanes outside the block are released; free
 // lanes inside it are acquired (those still held by a relay that has not
@@ -381,18 +450,23 @@ func (s *store) flushStats(ctx context.Context, counts map[statKey]int64) error 
 // rather than any set of lanes, keeps the claim's lane range (lowest to
 // highest lane held) free of other relays' lanes. It returns the lanes
 // held, and those just taken over from an owner whose lease had expired, as
-// bit masks.
-func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, takenOver uint64, err error) {
+// bit masks. A relay whose configuration is not the newest releases its
+// lanes and reports that it is superseded.
+func (s *store) refreshLanes(ctx context.Context, lease time.Duration, paused []string) (held, takenOver uint64, superseded bool, err error) {
+	if paused == nil {
+		paused = []string{}
+	}
 	b := &pgx.Batch{}
-	b.Queue(s.heartbeatSQL, s.owner, lease)
-	b.Queue(s.liveSQL, s.owner)
+	b.Queue(s.heartbeatSQL, s.owner, lease, s.config, paused)
+	b.Queue(s.liveSQL, s.owner, s.config)
 	b.Queue(s.renewSQL, s.owner, lease)
 	br := s.pool.SendBatch(ctx, b)
 	var live, rank int
+	var current bool
 	var owned []int16
 	_, err = br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&live, &rank)
+		err = br.QueryRow().Scan(&live, &rank, &current)
 	}
 	if err == nil {
 		var rows pgx.Rows
@@ -405,7 +479,16 @@ func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, ta
 		err = cerr
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("renewing lanes: %w", err)
+		return 0, 0, false, fmt.Errorf("renewing lanes: %w", err)
+	}
+	if !current {
+		// A relay with a newer configuration is live: it takes the lanes.
+		if len(owned) > 0 {
+			if _, err := s.pool.Exec(ctx, s.releaseSQL, s.owner, owned); err != nil {
+				return 0, 0, true, fmt.Errorf("releasing lanes to relays with a newer configuration: %w", err)
+			}
+		}
+		return 0, 0, true, nil
 	}
 	first, last := laneBlock(rank, live)
 	var keep, extra []int16
@@ -418,13 +501,13 @@ func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, ta
 	}
 	if len(extra) > 0 {
 		if _, err := s.pool.Exec(ctx, s.releaseSQL, s.owner, extra); err != nil {
-			return 0, 0, fmt.Errorf("releasing lanes: %w", err)
+			return 0, 0, false, fmt.Errorf("releasing lanes: %w", err)
 		}
 	}
 	if len(keep) < last-first+1 {
 		rows, err := s.pool.Query(ctx, s.acquireSQL, s.owner, lease, first, last)
 		if err != nil {
-			return 0, 0, fmt.Errorf("acquiring lanes: %w", err)
+			return 0, 0, false, fmt.Errorf("acquiring lanes: %w", err)
 		}
 		var lane int16
 		var taken bool
@@ -436,13 +519,13 @@ func (s *store) refreshLanes(ctx context.Context, lease time.Duration) (held, ta
 			return nil
 		})
 		if err != nil {
-			return 0, 0, fmt.Errorf("acquiring lanes: %w", err)
+			return 0, 0, false, fmt.Errorf("acquiring lanes: %w", err)
 		}
 	}
 	for _, l := range keep {
 		held |= 1 << uint(l)
 	}
-	return held, takenOver, nil
+	return held, takenOver, false, nil
 }
 
 // laneBlock is the first and last lane of block rank (from 0) when live
@@ -455,7 +538,7 @@ func laneBlock(rank, live int) (first, last int) {
 
 // heartbeat announces this relay as live until lease from now.
 func (s *store) heartbeat(ctx context.Context, lease time.Duration) error {
-	if _, err := s.pool.Exec(ctx, s.heartbeatSQL, s.owner, lease); err != nil {
+	if _, err := s.pool.Exec(ctx, s.heartbeatSQL, s.owner, lease, s.config, []string{}); err != nil {
 		return fmt.Errorf("announcing relay %s: %w", s.owner, err)
 	}
 	return nil
@@ -568,11 +651,10 @@ type maintenance struct {
 func (s *store) maintainTables(ctx context.Context, threshold int64) (maintenance, error) {
 	var done maintenance
 	names := []string{s.outboxName, s.deliveriesName}
-	rows, err := s.pool.Query(ctx, `SELECT coalesce(st.n_dead_tup, 0), c.relpages::bigint,
-       pg_relation_size(c.oid) / current_setting('block_size')::bigint
+	rows, err := s.pool.Query(ctx, `SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = c.oid), 0),
+       c.relpages::bigint, pg_relation_size(c.oid) / current_setting('block_size')::bigint
 FROM unnest($1::text[]) WITH ORDINALITY AS t(name, i)
 JOIN pg_class c ON c.oid = to_regclass(t.name)
-LEFT JOIN pg_stat_user_tables st ON st.relid = c.oid
 ORDER BY t.i`, names)
 	if err != nil {
 		return done, fmt.Errorf("reading the sizes and dead tuples of %s: %w", s.outboxName, err)

@@ -47,7 +47,7 @@ func TestClaimTestsLanesOnTheIndex(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	got := queryPlan(t, conn, "EXPLAIN EXECUTE claim(65535, 1000, 0, 15, '{}')")
+	got := queryPlan(t, conn, "EXPLAIN EXECUTE claim(65535, 1000, 0, 15, '{}', 16777216, 67108864, '')")
 	if !strings.Contains(got, "claim_lane_idx") {
 		t.Fatalf("the claim does not use the claim index:\n%s", got)
 	}
@@ -84,7 +84,7 @@ func TestClaimSkipsQueueLookupsWithoutQueues(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	got := queryPlan(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.claimSQL,
-		int64(-1), 1000, 0, 63, []int64{})
+		int64(-1), 1000, 0, 63, []int64{}, int64(16<<20), int64(64<<20), "")
 	if !strings.Contains(got, "rows=100 ") {
 		t.Fatalf("the claim did not claim the 100 events:\n%s", got)
 	}
@@ -129,7 +129,7 @@ func TestLanesStayInBlocks(t *testing.T) {
 		// take what was released.
 		for range 3 {
 			for _, s := range stores {
-				held, _, err := s.refreshLanes(ctx, lease)
+				held, _, _, err := s.refreshLanes(ctx, lease, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -168,10 +168,10 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"}, ev{topic: "t"})
 	const lease = time.Second
 	old := newStore(b.pool, b.tables, "old-relay")
-	if _, _, err := old.refreshLanes(ctx, lease); err != nil {
+	if _, _, _, err := old.refreshLanes(ctx, lease, nil); err != nil {
 		t.Fatal(err)
 	}
-	rows, _, err := old.claim(ctx, ^uint64(0), 10, []string{""}, nil)
+	rows, _, err := old.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil)
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claimed %d rows: %v", len(rows), err)
 	}
@@ -187,7 +187,7 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := newStore(b.pool, b.tables, "new-relay")
-	if held, _, err := next.refreshLanes(ctx, lease); err != nil || held != 0 {
+	if held, _, _, err := next.refreshLanes(ctx, lease, nil); err != nil || held != 0 {
 		t.Fatalf("took lanes %064b (%v) while the old relay was recording on them", held, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -198,7 +198,7 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	}
 
 	// Once the lanes are taken over, the old relay's records change nothing.
-	held, takenOver, err := next.refreshLanes(ctx, lease)
+	held, takenOver, _, err := next.refreshLanes(ctx, lease, nil)
 	if err != nil || held != ^uint64(0) || takenOver != ^uint64(0) {
 		t.Fatalf("new relay holds %064b, took over %064b: %v", held, takenOver, err)
 	}
@@ -275,7 +275,7 @@ func TestStatementsKeepToTheIndexesAsTablesGrow(t *testing.T) {
 	}
 	defer pool.Close()
 	s := newStore(pool, b.tables, "grow")
-	if _, _, err := s.refreshLanes(ctx, time.Minute); err != nil {
+	if _, _, _, err := s.refreshLanes(ctx, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	defer s.releaseAll(ctx)
@@ -289,7 +289,7 @@ func TestStatementsKeepToTheIndexesAsTablesGrow(t *testing.T) {
 		seqs := b.insert(t, ev{topic: "t", key: key}, ev{topic: "t", key: key}, ev{topic: "t", key: key}, ev{topic: "t"})
 		claim := func() ([]item, []item) {
 			t.Helper()
-			fresh, queued, err := s.claim(ctx, ^uint64(0), 1000, []string{"", "a"}, nil)
+			fresh, queued, err := s.claim(ctx, ^uint64(0), rowLimit(1000), []string{"", "a"}, []int32{1000, 1000}, 1000, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -385,4 +385,10 @@ FROM generate_series(1, 50000) g`); err != nil {
 	if read := readAfter - readBefore; read > 500 {
 		t.Fatalf("the round read %d index entries, want a few: a statement walks an index instead of probing it", read)
 	}
+}
+
+// rowLimit is a claim's limits at the defaults, with n rows.
+func rowLimit(n int) claimLimits {
+	cfg := Config{}.WithDefaults()
+	return claimLimits{rows: n, bytes: cfg.MaxBatchBytes, eventBytes: cfg.MaxEventBytes}
 }

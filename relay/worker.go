@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,10 @@ type worker struct {
 	// the outbox alone.
 	queuesDirty    atomic.Bool
 	nextQueueClaim time.Time
+	// queueTurn rotates the order of the sinks in queue claims.
+	queueTurn int
+	// freshFlowing: the last claim found new events in the outbox.
+	freshFlowing bool
 
 	// maintaining is set while a round of upkeep runs in the background.
 	maintaining atomic.Bool
@@ -204,10 +209,11 @@ func (w *worker) maintainInBackground(ctx context.Context) {
 
 func (w *worker) refreshLanes(ctx context.Context) error {
 	start := time.Now()
-	mask, takenOver, err := w.store.refreshLanes(ctx, w.r.cfg.Lease)
+	mask, takenOver, superseded, err := w.store.refreshLanes(ctx, w.r.cfg.Lease, w.r.pausedSinkNames())
 	if err != nil {
 		return err
 	}
+	w.r.setSuperseded(w, superseded)
 	if w.mask&^mask != 0 {
 		// Lanes given up (the blocks moved): siblings may take them now
 		// rather than at their next refresh.
@@ -257,11 +263,26 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	now := time.Now()
 	mask := w.claimableLanes(now)
 	var queueSinks []string
+	var queueHeads []int32
+	var queueRows int
 	if w.queuesDirty.Swap(false) || !now.Before(w.nextQueueClaim) {
-		queueSinks = w.r.queueSinks(now)
+		// While new events flow, a queue claim takes a quarter of a
+		// batch per sink: catching up after an outage then costs each
+		// cycle, and so the new events' latency, little.
+		queueRows = cfg.BatchSize
+		if w.freshFlowing {
+			queueRows = max(1, queueRows/4)
+		}
+		queueSinks, queueHeads = w.r.queueSinks(now, int32(queueRows))
+		// The sinks take turns at coming first: when the claim's bytes
+		// run short, the first ones get them.
+		w.queueTurn = (w.queueTurn + 1) % len(queueSinks)
+		queueSinks = slices.Concat(queueSinks[w.queueTurn:], queueSinks[:w.queueTurn])
+		queueHeads = slices.Concat(queueHeads[w.queueTurn:], queueHeads[:w.queueTurn])
 		w.nextQueueClaim = now.Add(cfg.PollInterval)
 	}
-	fresh, queued, err := w.store.claim(ctx, mask, cfg.BatchSize, queueSinks, w.skipped(now))
+	limits := claimLimits{rows: cfg.BatchSize, bytes: cfg.MaxBatchBytes, eventBytes: cfg.MaxEventBytes}
+	fresh, queued, err := w.store.claim(ctx, mask, limits, queueSinks, queueHeads, queueRows, w.skipped(now))
 	if err != nil {
 		if queueSinks != nil {
 			w.queuesDirty.Store(true)
@@ -271,6 +292,7 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	if len(queued) > 0 {
 		w.queuesDirty.Store(true) // more may wait behind what it claimed
 	}
+	w.freshFlowing = len(fresh) > 0
 	n := len(fresh) + len(queued)
 	cfg.Observer.Claimed(n, time.Since(now))
 	if n == 0 {

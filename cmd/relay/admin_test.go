@@ -58,7 +58,7 @@ func TestRunOperations(t *testing.T) {
 
 	cfg := writeConfig(t, fmt.Sprintf(`
 database: {url: %q, schema: %s}
-relay: {lease: 5s, poll_interval: 50ms, shutdown_timeout: 5s}
+relay: {lease: 5s, poll_interval: 50ms, shutdown_timeout: 5s, metrics_topics: [orders.created, orders.paid, users.*]}
 log: {level: debug, format: json}
 admin: {listen: "127.0.0.1:0", token: "${ADMIN_TOKEN}"}
 tracing: {otlp_endpoint: "%s/v1/traces"}
@@ -129,7 +129,7 @@ routes: [{topics: ["*"], sinks: [hook]}]
 	outputs = append(outputs, metricsBody)
 	for _, want := range []string{
 		`herald_events_published_total{sink="hook",topic="orders.created"} 1`,
-		`herald_events_published_total{sink="hook",topic="users.created"} 1`,
+		`herald_events_published_total{sink="hook",topic="users.*"} 1`,
 		`herald_events_dead_lettered_total{sink="hook",topic="orders.paid"} 1`,
 		`herald_dead_letters_total{topic="orders.created"} 1`,
 		"go_goroutines ",
@@ -160,8 +160,8 @@ routes: [{topics: ["*"], sinks: [hook]}]
 	}
 
 	st := runRelay(t, env, "status", "--config", cfg)
-	if st.code != 0 || !strings.Contains(st.stdout, "2 dead") {
-		t.Fatalf("relay status:\n%s", st)
+	if st.code != 0 || !strings.Contains(st.stdout, "2 dead") || !regexp.MustCompile(`(?m)^\S+\s+2\s+\S+\s+[0-9a-f]{16}\s+yes\s+-$`).MatchString(st.stdout) {
+		t.Fatalf("relay status (want the relay, its 2 workers, its configuration, claiming, no sink paused):\n%s", st)
 	}
 	outputs = append(outputs, st.stdout, st.stderr)
 	stJSON := runRelay(t, env, "status", "--json", "--config", cfg)

@@ -91,6 +91,7 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 		DB:            pool,
 		PausedSinks:   ops.pausedSinks,
 		RecordFailure: ops.recordFailure,
+		Superseded:    ops.superseded,
 		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		DeadLetters:   store,
 		Logger:        s.logger,
@@ -127,6 +128,18 @@ func (o *operations) recordFailure() (time.Time, error) {
 		return time.Time{}, nil
 	}
 	return r.RecordFailure()
+}
+
+// superseded reports since when a newer configuration has been live, once
+// the relay exists.
+func (o *operations) superseded() time.Time {
+	o.mu.Lock()
+	r := o.relay
+	o.mu.Unlock()
+	if r == nil {
+		return time.Time{}
+	}
+	return r.Superseded()
 }
 
 // serve starts the admin server and the backlog refresh, until stop.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,7 +28,10 @@ func newStatusCommand(g *globalFlags) *cobra.Command {
 with the age of the oldest pending event and of the oldest queued delivery
 (since its event was written), and the events published in the last minute
 (an estimate from the per-minute counts relays write every few seconds).
-Queued and dead count deliveries: an event waiting for two sinks counts
+Then the live relays: their configuration (a fingerprint of routes and
+sinks), whether they claim (only relays with the newest configuration do)
+and the sinks they hold paused because they are down. Queued and dead
+count deliveries: an event waiting for two sinks counts
 twice. The sink "(routing)" is the routing step, before any sink: events
 replayed with --all-sinks, or dead because no route matched.
 
@@ -80,6 +84,32 @@ func writeStatus(out io.Writer, table string, st *deadletter.Status) error {
 	fmt.Fprintln(w, "\nSINK\tPENDING\tQUEUED\tDEAD\tOLDEST PENDING\tOLDEST QUEUED\tPUBLISHED/1M\t")
 	for _, x := range st.Sinks {
 		row(sinkName(x.Sink), x.Backlog)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return writeRelays(out, st)
+}
+
+// writeRelays lists the live relays: only those with the newest
+// configuration claim.
+func writeRelays(out io.Writer, st *deadletter.Status) error {
+	if len(st.Relays) == 0 {
+		_, err := fmt.Fprintln(out, "\nNo relay is running.")
+		return err
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "\nRELAY\tWORKERS\tUP\tCONFIG\tCLAIMING\tPAUSED SINKS")
+	for _, r := range st.Relays {
+		claiming := "yes"
+		if !r.Claiming {
+			claiming = "no: a newer configuration is live"
+		}
+		paused := strings.Join(r.PausedSinks, ", ")
+		if paused == "" {
+			paused = "-"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Relay, r.Workers, st.At.Sub(r.StartedAt).Round(time.Second), r.Config, claiming, paused)
 	}
 	return w.Flush()
 }

@@ -146,6 +146,11 @@ type Deps struct {
 	// publishes (it publishes nothing meanwhile) and why, the zero time
 	// when it records fine; (*relay.Relay).RecordFailure. Nil means never.
 	RecordFailure func() (time.Time, error)
+	// Superseded returns since when a relay with a newer configuration
+	// (routes and sinks) has been live, so that this one claims nothing,
+	// the zero time when none is; (*relay.Relay).Superseded. Nil means
+	// never.
+	Superseded func() time.Time
 	// Metrics serves /metrics. Nil leaves /metrics out.
 	Metrics http.Handler
 	// DeadLetters serves the /dlq endpoints.
@@ -241,8 +246,11 @@ type readiness struct {
 	Paused   map[string]string `json:"paused_sinks,omitempty"`
 	// RecordingFailingSince is when the relay last recorded what it
 	// published, if it has been failing since.
-	RecordingFailingSince string   `json:"recording_failing_since,omitempty"`
-	Problems              []string `json:"problems,omitempty"`
+	RecordingFailingSince string `json:"recording_failing_since,omitempty"`
+	// SupersededSince is when a relay with a newer configuration became
+	// live, if one is.
+	SupersededSince string   `json:"superseded_since,omitempty"`
+	Problems        []string `json:"problems,omitempty"`
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -273,6 +281,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			out.RecordingFailingSince = since.UTC().Format(time.RFC3339)
 			out.Problems = append(out.Problems, fmt.Sprintf("recording outcomes has failed for %s, so nothing is published: %v",
 				time.Since(since).Round(time.Second), err))
+		}
+	}
+	if s.deps.Superseded != nil {
+		if since := s.deps.Superseded(); !since.IsZero() {
+			out.Ready = false
+			out.SupersededSince = since.UTC().Format(time.RFC3339)
+			out.Problems = append(out.Problems, fmt.Sprintf("a relay with a newer configuration (routes and sinks) has been live for %s: "+
+				"this relay claims nothing until it stops or this one is restarted with that configuration", time.Since(since).Round(time.Second)))
 		}
 	}
 	code := http.StatusOK

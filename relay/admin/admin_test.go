@@ -199,6 +199,12 @@ func TestHealthAndReadiness(t *testing.T) {
 		!strings.Contains(r.body, "permission denied") {
 		t.Fatalf("readyz while records fail: %+v", r)
 	}
+	superseded := serve(t, admin.Config{}, admin.Deps{DB: tb.pool, DeadLetters: tb.store, Superseded: func() time.Time {
+		return time.Now().Add(-time.Minute)
+	}})
+	if r := call(t, "GET", superseded+"/readyz", "", ""); r.code != 503 || !strings.Contains(r.body, "a relay with a newer configuration (routes and sinks) has been live for 1m0s") {
+		t.Fatalf("readyz while superseded: %+v", r)
+	}
 
 	start := time.Now()
 	down := serve(t, admin.Config{ReadyTimeout: 200 * time.Millisecond}, admin.Deps{DB: downDB{}, DeadLetters: tb.store})

@@ -82,16 +82,16 @@ type Store struct {
 	tables    migrations.Tables
 	batchSize int
 
-	listSQL, countSQL, pagePlanSQL    string
-	showSetupSQL, showEventSQL        string
-	showDeliveriesSQL, nowSQL         string
-	lockLanesSQL, notifySQL           string
-	replaySQL, routeSQL               string
-	dropSinkDeadSQL, purgeSQL         string
-	promoteSQL                        string
-	statusPendingSQL, statusQueuesSQL string
-	statusPublishedSQL                string
-	backlogSQL                        string
+	listSQL, countSQL, pagePlanSQL      string
+	showSetupSQL, showEventSQL          string
+	showDeliveriesSQL, nowSQL           string
+	lockLanesSQL, notifySQL             string
+	replaySQL, routeSQL                 string
+	dropSinkDeadSQL, purgeSQL           string
+	promoteSQL                          string
+	statusPendingSQL, statusQueuesSQL   string
+	statusPublishedSQL, statusRelaysSQL string
+	backlogSQL                          string
 }
 
 // New returns a Store for the tables t (defaults filled in).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,12 @@ GROUP BY sink, topic`
 	// Published in the last minute, estimated from per-minute counts as a
 	// sliding window: the current minute counts whole, the previous one in
 	// proportion to the part of it still inside the window.
+	// The live relays (a row per claim loop), with whether each runs the
+	// newest configuration: only those claim.
+	s.statusRelaysSQL = `WITH live AS (SELECT * FROM ` + s.tables.Relays() + ` WHERE heartbeat_until > now())
+SELECT owner, started_at, config, config_since, paused_sinks,
+       config = (SELECT config FROM live ORDER BY config_since DESC, config LIMIT 1)
+FROM live ORDER BY owner`
 	s.statusPublishedSQL = `SELECT sink, topic, sum(published * CASE
            WHEN minute >= date_trunc('minute', now()) THEN 1
            ELSE 1 - extract(epoch FROM now() - date_trunc('minute', now())) / 60 END)::float8
@@ -94,6 +101,27 @@ type Status struct {
 	// recent publications (and, given the routes, per sink routed pending
 	// events), sorted by name.
 	Sinks []SinkStatus `json:"sinks"`
+	// Relays has one entry per live relay, sorted by name.
+	Relays []RelayStatus `json:"relays"`
+}
+
+// RelayStatus is one live relay.
+type RelayStatus struct {
+	// Relay is its name (relay.owner).
+	Relay string `json:"relay"`
+	// Workers counts its claim loops.
+	Workers int `json:"workers"`
+	// StartedAt is when its first claim loop announced itself.
+	StartedAt time.Time `json:"started_at"`
+	// Config is the fingerprint of its routes and sinks, and ConfigSince
+	// since when that configuration has been live.
+	Config      string    `json:"config"`
+	ConfigSince time.Time `json:"config_since"`
+	// Claiming is false while a relay with a newer configuration is live:
+	// this one then claims nothing.
+	Claiming bool `json:"claiming"`
+	// PausedSinks are the sinks it holds paused because they are down.
+	PausedSinks []string `json:"paused_sinks"`
 }
 
 // RouteFunc returns the sinks the route of a topic sends to (none when no
@@ -104,7 +132,7 @@ type RouteFunc func(topic string) []string
 // in the last minute. routes may be nil; with it, each sink's Pending
 // counts the pending events routed to it.
 func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
-	st := &Status{Topics: []TopicStatus{}, Sinks: []SinkStatus{}}
+	st := &Status{Topics: []TopicStatus{}, Sinks: []SinkStatus{}, Relays: []RelayStatus{}}
 	topics := map[string]*TopicStatus{}
 	sinkMap := map[string]*SinkStatus{}
 	topic := func(name string) *TopicStatus {
@@ -220,6 +248,10 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 		return fail("the published counts", err)
 	}
 
+	if st.Relays, err = s.relays(ctx); err != nil {
+		return fail("the relays", err)
+	}
+
 	if st.At.IsZero() {
 		if err := s.db.QueryRow(ctx, s.nowSQL).Scan(&st.At); err != nil {
 			return fail("the time", err)
@@ -243,6 +275,56 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 	slices.SortFunc(st.Sinks, func(a, b SinkStatus) int { return strings.Compare(a.Sink, b.Sink) })
 	return st, nil
 }
+
+// relays reads the live relays, merging the claim loops of each (named
+// relay.owner, or relay.owner/N when it has several).
+func (s *Store) relays(ctx context.Context) ([]RelayStatus, error) {
+	rows, err := s.db.Query(ctx, s.statusRelaysSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []RelayStatus{}
+	byName := map[string]int{}
+	var (
+		owner, config string
+		started       time.Time
+		since         pgtype.Timestamptz // -infinity: announced by a relay from before the column
+		paused        []string
+		claiming      bool
+	)
+	for rows.Next() {
+		if err := rows.Scan(&owner, &started, &config, &since, &paused, &claiming); err != nil {
+			return nil, err
+		}
+		name := workerSuffix.ReplaceAllString(owner, "")
+		i, ok := byName[name]
+		if !ok {
+			i = len(out)
+			byName[name] = i
+			out = append(out, RelayStatus{Relay: name, StartedAt: started, Config: config, Claiming: claiming, PausedSinks: []string{}})
+			if since.InfinityModifier == pgtype.Finite {
+				out[i].ConfigSince = since.Time
+			}
+		}
+		r := &out[i]
+		r.Workers++
+		if started.Before(r.StartedAt) {
+			r.StartedAt = started
+		}
+		r.Claiming = r.Claiming && claiming
+		for _, p := range paused {
+			if !slices.Contains(r.PausedSinks, p) {
+				r.PausedSinks = append(r.PausedSinks, p)
+			}
+		}
+		slices.Sort(r.PausedSinks)
+	}
+	return out, rows.Err()
+}
+
+// workerSuffix is what a relay's claim loops add to its name.
+var workerSuffix = regexp.MustCompile(`/[0-9]+$`)
 
 // age is now - t in seconds, never negative.
 func age(now, t time.Time) float64 { return max(now.Sub(t), 0).Seconds() }

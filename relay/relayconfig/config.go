@@ -64,6 +64,12 @@ type Relay struct {
 	Owner string `yaml:"owner"`
 	// BatchSize is the most events claimed per round trip. Defaults to 1000.
 	BatchSize int `yaml:"batch_size"`
+	// MaxBatchBytes bounds the payload bytes one claim loads. Defaults to
+	// 64MiB.
+	MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
+	// MaxEventBytes is the largest payload loaded; larger events are
+	// dead-lettered. Defaults to 16MiB.
+	MaxEventBytes ByteSize `yaml:"max_event_bytes"`
 	// Workers is the number of claim loops in this relay process, each with
 	// its own block of lanes. Defaults to 2.
 	Workers int `yaml:"workers"`
@@ -99,6 +105,10 @@ type Relay struct {
 	// to the routes' patterns.
 	MetricsTopics []string `yaml:"metrics_topics"`
 }
+
+// ByteSize is a number of bytes, written as an integer or with a binary
+// unit: 512KiB, 64MiB, 1GiB (KB, MB and GB are read as the same units).
+type ByteSize int64
 
 // Backoff is an exponential backoff section.
 type Backoff struct {
@@ -459,6 +469,8 @@ func (f *File) relayConfig(byName map[string]sinks.Sink) relay.Config {
 		Tables:              f.Tables(),
 		Owner:               r.Owner,
 		BatchSize:           r.BatchSize,
+		MaxBatchBytes:       int64(r.MaxBatchBytes),
+		MaxEventBytes:       int64(r.MaxEventBytes),
 		Workers:             r.Workers,
 		Lease:               r.Lease,
 		PollInterval:        r.PollInterval,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/go-units"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/heraldhq/herald/sinks"
@@ -49,6 +50,7 @@ func joinKey(path, key string) string {
 
 var (
 	durationType    = reflect.TypeFor[time.Duration]()
+	byteSizeType    = reflect.TypeFor[ByteSize]()
 	nodeType        = reflect.TypeFor[yaml.Node]()
 	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 	textType        = reflect.TypeFor[encoding.TextUnmarshaler]()
@@ -89,6 +91,8 @@ func (d *decoder) decode(n *yaml.Node, out reflect.Value, path string) error {
 		return nil
 	case t == durationType:
 		return d.decodeDuration(n, out, path)
+	case t == byteSizeType:
+		return d.decodeByteSize(n, out, path)
 	case out.CanAddr() && t.Kind() != reflect.Pointer && reflect.PointerTo(t).Implements(unmarshalerType):
 		if err := n.Decode(out.Addr().Interface()); err != nil {
 			return fieldErr(n, path, cleanYAMLError(err))
@@ -230,6 +234,21 @@ func (d *decoder) decodeDuration(n *yaml.Node, out reflect.Value, path string) e
 		return fieldErr(n, path, fmt.Sprintf("invalid duration %s (use a number with a unit: 500ms, 30s, 5m, 1h)", d.quote(n)))
 	}
 	out.SetInt(int64(dur))
+	return nil
+}
+
+func (d *decoder) decodeByteSize(n *yaml.Node, out reflect.Value, path string) error {
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return fieldErr(n, path, "expected a size such as 64MiB, got "+d.describe(n))
+	}
+	size, err := units.RAMInBytes(n.Value)
+	if err != nil || size < 0 {
+		return fieldErr(n, path, fmt.Sprintf("invalid size %s (use bytes, or a number with a unit: 512KiB, 64MiB, 1GiB)", d.quote(n)))
+	}
+	out.SetInt(size)
 	return nil
 }
 

@@ -25,6 +25,8 @@ database:
   max_conns: 12
 relay:
   batch_size: 250
+  max_batch_bytes: 32MiB
+  max_event_bytes: 1048576
   lease: 20s
   poll_interval: 500ms
   poll_only: true
@@ -109,7 +111,8 @@ func TestParseValid(t *testing.T) {
 	r := f.Relay
 	if r.BatchSize != 250 || r.Lease != 20*time.Second || r.PollInterval != 500*time.Millisecond || !r.PollOnly ||
 		r.MaxAttempts != 7 || r.PublishTimeout != 5*time.Second || r.Retention != time.Hour ||
-		!r.StopKeyOnDeadLetter || r.ShutdownTimeout != 10*time.Second || r.Backoff.Multiplier != 3 {
+		!r.StopKeyOnDeadLetter || r.ShutdownTimeout != 10*time.Second || r.Backoff.Multiplier != 3 ||
+		r.MaxBatchBytes != 32<<20 || r.MaxEventBytes != 1<<20 {
 		t.Errorf("Relay = %+v", r)
 	}
 	if got := strings.Join(f.SinkNames(), ","); got != "console,events-kafka,bus,hook,mail,void" {
@@ -165,6 +168,9 @@ func TestParseErrors(t *testing.T) {
 		{"not an integer", edit(t, "batch_size: 250", "batch_size: lots"), nil, []string{`relay.batch_size: expected an integer, got "lots"`}},
 		{"not a bool", edit(t, "poll_only: true", "poll_only: maybe"), nil, []string{`relay.poll_only: expected true or false`}},
 		{"section not a mapping", edit(t, "log: {level: debug, format: json}", "log: debug"), nil, []string{`log: expected a mapping`}},
+		{"bad size", edit(t, "max_batch_bytes: 32MiB", "max_batch_bytes: lots"), nil, []string{`relay.max_batch_bytes: invalid size "lots"`}},
+		{"size as list", edit(t, "max_batch_bytes: 32MiB", "max_batch_bytes: [1]"), nil, []string{"relay.max_batch_bytes: expected a size"}},
+		{"event size over a GiB", edit(t, "max_event_bytes: 1048576", "max_event_bytes: 2GiB"), nil, []string{"relay.max_event_bytes: must be between 1 and 1073741824"}},
 		{"batch size out of range", edit(t, "batch_size: 250", "batch_size: 20000"), nil, []string{"relay.batch_size: must be between 1 and 10000"}},
 		{"publish timeout over lease", edit(t, "publish_timeout: 5s", "publish_timeout: 25s"), nil, []string{"relay.publish_timeout"}},
 		{"publish timeout over half the lease", edit(t, "publish_timeout: 5s", "publish_timeout: 11s"), nil, []string{"relay.publish_timeout: must be positive and at most half of relay.lease (10s)"}},
@@ -395,7 +401,8 @@ func TestBuildEverySinkType(t *testing.T) {
 	}
 	if c.BatchSize != 250 || c.Lease != 20*time.Second || c.PollInterval != 500*time.Millisecond || !c.PollOnly ||
 		c.MaxAttempts != 7 || c.PublishTimeout != 5*time.Second || c.Retention != time.Hour || !c.StopKeyOnDeadLetter ||
-		c.ShutdownTimeout != 10*time.Second || c.Tables.Outbox() != `"public"."outbox"` {
+		c.ShutdownTimeout != 10*time.Second || c.Tables.Outbox() != `"public"."outbox"` ||
+		c.MaxBatchBytes != 32<<20 || c.MaxEventBytes != 1<<20 {
 		t.Errorf("relay.Config = %+v", c)
 	}
 	if c.Backoff != (relay.Backoff{Initial: 2 * time.Second, Max: 5 * time.Minute, Multiplier: 3, Jitter: -1}) {
