@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/heraldhq/herald/relay/relaybench"
+	"github.com/heraldhq/herald/internal/relaybench"
 )
 
 func newBenchCommand(g *globalFlags) *cobra.Command {

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/migrations/pgtest"
-	"github.com/heraldhq/herald/relay/relaybench"
+	"github.com/heraldhq/herald/internal/relaybench"
 	"github.com/heraldhq/herald/sinks/nats/natstest"
 )
 
