@@ -29,13 +29,17 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "benchpeer:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string, stdout, stderr io.Writer) error {
+// run starts the peers args ask for, prints the bench flags that name them
+// and serves until ctx ends.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("benchpeer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	kafkaAddr := fs.String("kafka", "127.0.0.1:9092", "address of the Kafka broker (empty: none)")
@@ -43,9 +47,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
 	if *kafkaAddr != "" {
 		host, port, err := splitPort(*kafkaAddr)
 		if err != nil {
