@@ -204,7 +204,8 @@ func TestKafkaTopicDeleted(t *testing.T) {
 	if res.Events != 10 {
 		t.Fatalf("result %+v", res)
 	}
-	meta, err := (&kafkago.Client{Addr: kafkago.TCP(c.ListenAddrs()...)}).Metadata(context.Background(), &kafkago.MetadataRequest{})
+	// A fresh transport: kafka-go's default one caches metadata.
+	meta, err := (&kafkago.Client{Addr: kafkago.TCP(c.ListenAddrs()...), Transport: &kafkago.Transport{}}).Metadata(context.Background(), &kafkago.MetadataRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

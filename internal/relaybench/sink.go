@@ -107,7 +107,11 @@ func (d *destinationEnv) startNATS(ctx context.Context, cfg Config, name string,
 // startKafka creates a throwaway topic on cfg.KafkaBrokers (deleted at the
 // end) for the run's sinks to write to.
 func (d *destinationEnv) startKafka(ctx context.Context, cfg Config, name string, logger *slog.Logger) error {
-	client := &kafkago.Client{Addr: kafkago.TCP(cfg.KafkaBrokers...), Timeout: 30 * time.Second}
+	// A transport of its own: kafka-go's default one caches metadata and
+	// keeps connections for the life of the process.
+	transport := &kafkago.Transport{}
+	d.closers = append(d.closers, func(context.Context) error { transport.CloseIdleConnections(); return nil })
+	client := &kafkago.Client{Addr: kafkago.TCP(cfg.KafkaBrokers...), Timeout: 30 * time.Second, Transport: transport}
 	topic := "herald_bench_" + name
 	created, err := client.CreateTopics(ctx, &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{
 		{Topic: topic, NumPartitions: cfg.KafkaPartitions, ReplicationFactor: 1},
