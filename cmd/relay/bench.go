@@ -37,10 +37,9 @@ per-batch claim/publish/record timings, CPU and peak RSS.
 the outbox library from --producers goroutines at --rate events/s (0: as
 fast as they can) for --duration while the relays run, and reports the
 commit-to-publish latency of each event (sink acknowledgement minus the
-time tx.Commit returned).
---baseline D first runs the producers for D with no relay and compares their
-commit rates. --report-every prints events/s, latency, backlog, table size
-and dead tuples periodically.
+time tx.Commit returned). --baseline D first runs the producers for D with
+no relay and compares their commit rates. --report-every prints events/s,
+latency, backlog, table size and dead tuples periodically.
 
 Three modes measure the failure path. Their route has two sinks, "up" (the
 --sink type) and "down" (in-process: it refuses every event as unavailable

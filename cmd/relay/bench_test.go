@@ -61,6 +61,26 @@ func TestBenchText(t *testing.T) {
 	}
 }
 
+// TestBenchHelpWrapsWholeParagraphs: in `relay bench --help`, a line that
+// is not the last of its paragraph is filled (at least 60 characters), so
+// no sentence breaks off mid-line.
+func TestBenchHelpWrapsWholeParagraphs(t *testing.T) {
+	t.Parallel()
+	r := runRelay(t, nil, "bench", "--help")
+	long, _, ok := strings.Cut(r.stdout, "\nUsage:")
+	if r.code != 0 || !ok {
+		t.Fatalf("relay bench --help:\n%s", r)
+	}
+	for _, para := range strings.Split(strings.TrimSpace(long), "\n\n") {
+		lines := strings.Split(para, "\n")
+		for _, line := range lines[:len(lines)-1] {
+			if len(line) < 60 {
+				t.Errorf("a short line inside a paragraph: %q\nparagraph:\n%s", line, para)
+			}
+		}
+	}
+}
+
 func TestBenchUsageErrors(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
