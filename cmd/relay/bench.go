@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/heraldhq/herald/relay/relaybench"
+	"github.com/heraldhq/herald/internal/relaybench"
 )
 
 func newBenchCommand(g *globalFlags) *cobra.Command {
@@ -35,12 +35,11 @@ per-batch claim/publish/record timings, CPU and peak RSS.
 
 --mode live commits events (--tx-events per transaction, default 1) through
 the outbox library from --producers goroutines at --rate events/s (0: as
-fast as they can) for
---duration while the relays run, and reports the commit-to-publish latency of
-each event (sink acknowledgement minus the time tx.Commit returned).
---baseline D first runs the producers for D with no relay and compares their
-commit rates. --report-every prints events/s, latency, backlog, table size
-and dead tuples periodically.
+fast as they can) for --duration while the relays run, and reports the
+commit-to-publish latency of each event (sink acknowledgement minus the
+time tx.Commit returned). --baseline D first runs the producers for D with
+no relay and compares their commit rates. --report-every prints events/s,
+latency, backlog, table size and dead tuples periodically.
 
 Three modes measure the failure path. Their route has two sinks, "up" (the
 --sink type) and "down" (in-process: it refuses every event as unavailable
@@ -68,6 +67,14 @@ is the run to compare with.
 Every run then verifies that each committed event was acknowledged at least
 once by every sink and that each key's events arrived at each sink in seq
 order, and exits 1 when not.
+
+--sink names where events go: discard (in-process, the default), nats (a
+throwaway stream on --nats-url), kafka (a throwaway topic on
+--kafka-brokers) or webhook (POSTs to --webhook-url, which must answer
+2xx). The bench starts no broker or receiver of its own; for development,
+"go run ./internal/cmd/benchpeer" starts a Kafka broker and a webhook
+receiver in one process.
+
 The database comes from --database-url, DATABASE_URL or database.url in
 --config. Relays run in this process; CPU and RSS are this process's.`,
 		Args: cobra.NoArgs,
@@ -156,12 +163,13 @@ The database comes from --database-url, DATABASE_URL or database.url in
 	f.DurationVar(&cfg.PauseMax, "pause-max", 0, "relay.sink_pause.max: the longest wait between probes of a sink that is down (0: 1s for outage and isolation, else the relay's default)")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "relay.backoff.max: the longest wait between retries of a failed event (0: 1s for hotkey, else the relay's default)")
 	f.IntVar(&cfg.HotEvents, "hot-events", relaybench.DefaultHotEvents, "hotkey: events of the hot key queued behind its failing head (0: no hot key, the run to compare with)")
-	f.StringVar(&sink, "sink", relaybench.SinkDiscard, "discard, nats (JetStream), kafka (in-process kfake) or webhook (in-process receiver)")
+	f.StringVar(&sink, "sink", relaybench.SinkDiscard, "discard, nats (JetStream at --nats-url), kafka (at --kafka-brokers) or webhook (at --webhook-url)")
 	f.StringVar(&cfg.NATSURL, "nats-url", relaybench.DefaultNATSURL, "nats: JetStream server (a throwaway stream is created and deleted)")
-	f.BoolVar(&cfg.NATSEmbedded, "nats-embedded", false, "nats: start an in-process nats-server instead of --nats-url")
 	f.BoolVar(&cfg.NATSFileStorage, "nats-file-storage", false, "nats: file storage for the stream (default memory)")
 	f.IntVar(&cfg.NATSMaxMsgs, "nats-max-msgs", relaybench.DefaultNATSMaxMsgs, "nats: the stream keeps the newest this many messages (-1: all)")
+	f.StringSliceVar(&cfg.KafkaBrokers, "kafka-brokers", nil, "kafka: bootstrap brokers, host:port, comma-separated (a throwaway topic is created and deleted)")
 	f.IntVar(&cfg.KafkaPartitions, "kafka-partitions", relaybench.DefaultKafkaPartitions, "kafka: partitions of the topic")
+	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "webhook: the receiver to POST events to (it must answer 2xx)")
 	f.DurationVar(&cfg.Timeout, "timeout", relaybench.DefaultTimeout, "give up waiting for deliveries after this long")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the bench schema instead of dropping it")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")

@@ -2,10 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/sinks/nats/natstest"
 )
 
 func TestBenchJSON(t *testing.T) {
@@ -55,6 +61,26 @@ func TestBenchText(t *testing.T) {
 	}
 }
 
+// TestBenchHelpWrapsWholeParagraphs: in `relay bench --help`, a line that
+// is not the last of its paragraph is filled (at least 60 characters), so
+// no sentence breaks off mid-line.
+func TestBenchHelpWrapsWholeParagraphs(t *testing.T) {
+	t.Parallel()
+	r := runRelay(t, nil, "bench", "--help")
+	long, _, ok := strings.Cut(r.stdout, "\nUsage:")
+	if r.code != 0 || !ok {
+		t.Fatalf("relay bench --help:\n%s", r)
+	}
+	for _, para := range strings.Split(strings.TrimSpace(long), "\n\n") {
+		lines := strings.Split(para, "\n")
+		for _, line := range lines[:len(lines)-1] {
+			if len(line) < 60 {
+				t.Errorf("a short line inside a paragraph: %q\nparagraph:\n%s", line, para)
+			}
+		}
+	}
+}
+
 func TestBenchUsageErrors(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -69,6 +95,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--pause-max", "-1s", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--pause-max"},
 		{[]string{"bench", "--backoff-max", "-1s", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--backoff-max"},
 		{[]string{"bench", "--sink", "email", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--sink: "email"`},
+		{[]string{"bench", "--sink", "kafka", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--kafka-brokers: required with --sink kafka"},
+		{[]string{"bench", "--sink", "webhook", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--webhook-url: required with --sink webhook"},
+		{[]string{"bench", "--nats-embedded", "--database-url", "postgres://u@127.0.0.1:1/db"}, "unknown flag: --nats-embedded"},
 		{[]string{"bench", "--schema", "x", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--schema: relay bench creates"},
 		{[]string{"bench"}, "--database-url: no database given"},
 	}
@@ -78,6 +107,62 @@ func TestBenchUsageErrors(t *testing.T) {
 			r := runRelay(t, nil, c.args...)
 			if r.code != 2 || !strings.Contains(r.stderr, c.want) {
 				t.Fatalf("want exit 2 and %q, got\n%s", c.want, r)
+			}
+		})
+	}
+}
+
+// TestBenchSinksAtPeers runs the binary's bench against peers it is given,
+// as docs/benchmarks.md does: the real NATS server, a Kafka broker (kfake)
+// and a webhook receiver started by the test, not by the binary. The
+// receiver counts what reached it.
+func TestBenchSinksAtPeers(t *testing.T) {
+	t.Parallel()
+	url, _ := dbURL(t)
+	kafkaBroker, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kafkaBroker.Close)
+	var received atomic.Int64
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("webhook-id") == "" {
+			http.Error(w, "no webhook-id", http.StatusBadRequest)
+			return
+		}
+		received.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(receiver.Close)
+
+	cases := map[string][]string{
+		"nats":    {"--sink", "nats", "--nats-url", natstest.URL(t)},
+		"kafka":   {"--sink", "kafka", "--kafka-brokers", strings.Join(kafkaBroker.ListenAddrs(), ","), "--kafka-partitions", "4"},
+		"webhook": {"--sink", "webhook", "--webhook-url", receiver.URL + "/hook"},
+	}
+	for name, sinkArgs := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"bench", "--events", "300", "--keys", "10", "--database-url", url, "--json"}, sinkArgs...)
+			r := runRelay(t, nil, args...)
+			if r.code != 0 {
+				t.Fatalf("relay %s:\n%s", strings.Join(args, " "), r)
+			}
+			var res struct {
+				Sink         string `json:"sink"`
+				Verification struct {
+					Delivered int `json:"delivered"`
+					Lost      int `json:"lost"`
+				} `json:"verification"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+				t.Fatalf("stdout is not the JSON result (%v):\n%s", err, r)
+			}
+			if res.Sink != name || res.Verification.Delivered != 300 || res.Verification.Lost != 0 {
+				t.Fatalf("result %+v\n%s", res, r)
+			}
+			if name == "webhook" && received.Load() < 300 {
+				t.Fatalf("the receiver got %d of 300 events", received.Load())
 			}
 		})
 	}

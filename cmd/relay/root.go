@@ -40,7 +40,6 @@ configuration errors.`,
 	root.AddCommand(newMigrateCommand(g))
 	root.AddCommand(newRunCommand(g))
 	root.AddCommand(newVersionCommand())
-	root.AddCommand(newDemoCommand(g))
 	root.AddCommand(newBenchCommand(g))
 	root.AddCommand(newStatusCommand(g))
 	root.AddCommand(newDLQCommand(g))

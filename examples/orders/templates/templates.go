@@ -3,7 +3,7 @@
 // the email sink renders from the payload of an email.order_paid event. The
 // relay reads them from this directory (templates_dir in relay.yaml); FS
 // embeds them for programs that run without the source tree, such as
-// `relay demo`.
+// `go run ./examples/orders/demo`.
 package templates
 
 import (

@@ -682,7 +682,7 @@ func (r *run) drain(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", r.tables.Channel()); err != nil {
 		return fmt.Errorf("notifying the relays: %w", err)
 	}
-	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes the recorder and the in-process sink peer")
+	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes the recorder")
 	r.target.Store(int64(cfg.Events))
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("committing the backlog: %w", err)
@@ -704,7 +704,7 @@ func (r *run) drain(ctx context.Context) error {
 }
 
 // cpuScopeDrain is what the CPU time of a run without producers covers.
-const cpuScopeDrain = "the whole process: relays, sink client and its in-process peer (kafka, nats --nats-embedded, webhook), recorder; not PostgreSQL"
+const cpuScopeDrain = "the whole process: relays, sink client, recorder; not PostgreSQL or the sink's peer"
 
 // measurement is the measured phase of a run, from start (nanoseconds since
 // the run's origin) until every event's outcome is recorded.

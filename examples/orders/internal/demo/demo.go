@@ -1,4 +1,4 @@
-// Package demo is `relay demo`: Herald's orders example running whole in
+// Package demo is the engine of `go run ./examples/orders/demo`: Herald's orders example running whole in
 // one process, needing nothing but PostgreSQL.
 //
 // It migrates a demo schema, starts an embedded NATS server with JetStream,

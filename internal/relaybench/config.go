@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -115,8 +117,6 @@ type Config struct {
 	// NATSURL is the JetStream server for SinkNATS. Defaults to
 	// nats://127.0.0.1:4222.
 	NATSURL string
-	// NATSEmbedded starts an in-process NATS server instead of using NATSURL.
-	NATSEmbedded bool
 	// NATSFileStorage stores the throwaway stream on disk instead of in
 	// memory.
 	NATSFileStorage bool
@@ -127,9 +127,18 @@ type Config struct {
 	// deliveries by the sink's acknowledgements, never by reading the
 	// stream. Defaults to DefaultNATSMaxMsgs; negative: no cap.
 	NATSMaxMsgs int
-	// KafkaPartitions is the partition count of the in-process Kafka topic.
+	// KafkaBrokers are the bootstrap brokers for SinkKafka, host:port. The
+	// run creates a throwaway topic there and deletes it at the end.
+	// Required for SinkKafka: the relay binary starts no broker of its own
+	// (`go run ./internal/cmd/benchpeer` starts an in-process one for
+	// development).
+	KafkaBrokers []string
+	// KafkaPartitions is the partition count of the throwaway Kafka topic.
 	// Defaults to 8.
 	KafkaPartitions int
+	// WebhookURL is the receiver SinkWebhook posts to; it must answer 2xx.
+	// Required for SinkWebhook.
+	WebhookURL string
 
 	// Outage is how long the sink "down" refuses events: from the backlog's
 	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
@@ -333,7 +342,23 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--kafka-partitions: must be at least 1, got %d", c.KafkaPartitions)
 	}
 	switch c.Sink {
-	case SinkDiscard, SinkNATS, SinkKafka, SinkWebhook:
+	case SinkDiscard, SinkNATS:
+	case SinkKafka:
+		if len(c.KafkaBrokers) == 0 {
+			return errors.New("--kafka-brokers: required with --sink kafka (host:port, comma-separated)")
+		}
+		for i, b := range c.KafkaBrokers {
+			if _, _, err := net.SplitHostPort(b); err != nil {
+				return fmt.Errorf("--kafka-brokers: broker %d %q: %w", i+1, b, err)
+			}
+		}
+	case SinkWebhook:
+		if c.WebhookURL == "" {
+			return errors.New("--webhook-url: required with --sink webhook")
+		}
+		if u, err := url.Parse(c.WebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--webhook-url: %q is not an http(s) URL", c.WebhookURL)
+		}
 	default:
 		return fmt.Errorf("--sink: %q must be discard, nats, kafka or webhook", c.Sink)
 	}

@@ -6,18 +6,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"os"
 	"text/template"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/twmb/franz-go/pkg/kfake"
+	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/kafka"
@@ -52,9 +47,9 @@ func startDestination(ctx context.Context, cfg Config, name string, logger *slog
 	case SinkNATS:
 		err = d.startNATS(ctx, cfg, name, logger)
 	case SinkKafka:
-		err = d.startKafka(cfg, name, logger)
+		err = d.startKafka(ctx, cfg, name, logger)
 	case SinkWebhook:
-		err = d.startWebhook(logger)
+		err = d.startWebhook(cfg, logger)
 	}
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -70,24 +65,6 @@ func literal(dest string) *template.Template {
 
 func (d *destinationEnv) startNATS(ctx context.Context, cfg Config, name string, logger *slog.Logger) error {
 	url := cfg.NATSURL
-	if cfg.NATSEmbedded {
-		dir, err := os.MkdirTemp("", "herald-bench-nats")
-		if err != nil {
-			return fmt.Errorf("creating the embedded NATS store directory: %w", err)
-		}
-		d.closers = append(d.closers, func(context.Context) error { return os.RemoveAll(dir) })
-		srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-			StoreDir: dir, NoLog: true, NoSigs: true})
-		if err != nil {
-			return fmt.Errorf("--nats-embedded: creating the server: %w", err)
-		}
-		srv.Start()
-		d.closers = append(d.closers, func(context.Context) error { srv.Shutdown(); srv.WaitForShutdown(); return nil })
-		if !srv.ReadyForConnections(10 * time.Second) {
-			return errors.New("--nats-embedded: the server was not ready within 10s")
-		}
-		url = srv.ClientURL()
-	}
 	nc, err := natsgo.Connect(url, natsgo.Timeout(5*time.Second))
 	if err != nil {
 		return fmt.Errorf("--nats-url: connecting to %s: %w", url, err)
@@ -127,47 +104,51 @@ func (d *destinationEnv) startNATS(ctx context.Context, cfg Config, name string,
 	return nil
 }
 
-func (d *destinationEnv) startKafka(cfg Config, name string, logger *slog.Logger) error {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		return fmt.Errorf("starting the in-process Kafka cluster: %w", err)
-	}
-	d.closers = append(d.closers, func(context.Context) error { cluster.Close(); return nil })
+// startKafka creates a throwaway topic on cfg.KafkaBrokers (deleted at the
+// end) for the run's sinks to write to.
+func (d *destinationEnv) startKafka(ctx context.Context, cfg Config, name string, logger *slog.Logger) error {
+	// A transport of its own: kafka-go's default one caches metadata and
+	// keeps connections for the life of the process.
+	transport := &kafkago.Transport{}
+	d.closers = append(d.closers, func(context.Context) error { transport.CloseIdleConnections(); return nil })
+	client := &kafkago.Client{Addr: kafkago.TCP(cfg.KafkaBrokers...), Timeout: 30 * time.Second, Transport: transport}
 	topic := "herald_bench_" + name
-	if err := cluster.CreateTopic(topic, int32(cfg.KafkaPartitions), nil); err != nil {
-		return fmt.Errorf("creating Kafka topic %s: %w", topic, err)
+	created, err := client.CreateTopics(ctx, &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{
+		{Topic: topic, NumPartitions: cfg.KafkaPartitions, ReplicationFactor: 1},
+	}})
+	if err == nil {
+		err = created.Errors[topic]
 	}
-	brokers := cluster.ListenAddrs()
+	if err != nil {
+		return fmt.Errorf("--kafka-brokers: creating topic %s on %v: %w", topic, cfg.KafkaBrokers, err)
+	}
+	d.closers = append(d.closers, func(ctx context.Context) error {
+		deleted, err := client.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: []string{topic}})
+		if err == nil {
+			err = deleted.Errors[topic]
+		}
+		if err != nil {
+			return fmt.Errorf("deleting Kafka topic %s: %w", topic, err)
+		}
+		return nil
+	})
 	d.destination = literal(topic)
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
-		return kafka.New(sinkName, kafka.Config{Brokers: brokers}, logger)
+		return kafka.New(sinkName, kafka.Config{Brokers: cfg.KafkaBrokers}, logger)
 	}
 	return nil
 }
 
-func (d *destinationEnv) startWebhook(logger *slog.Logger) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listening for the webhook receiver: %w", err)
-	}
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, err := io.Copy(io.Discard, r.Body); err != nil || r.Header.Get("webhook-id") == "" {
-				http.Error(w, "bad request", http.StatusBadRequest)
-				return
-			}
-			w.WriteHeader(http.StatusNoContent)
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	go func() { _ = srv.Serve(ln) }()
-	d.closers = append(d.closers, srv.Shutdown)
+// startWebhook signs with a key of its own: the receiver at cfg.WebhookURL
+// need not check signatures, only answer 2xx.
+func (d *destinationEnv) startWebhook(cfg Config, logger *slog.Logger) error {
 	key := make([]byte, 24)
-	_, _ = rand.Read(key)
+	if _, err := rand.Read(key); err != nil {
+		return fmt.Errorf("making a webhook secret: %w", err)
+	}
 	secret := sinks.Secret("whsec_" + base64.StdEncoding.EncodeToString(key))
-	url := "http://" + ln.Addr().String() + "/hook"
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
-		return webhook.New(sinkName, webhook.Config{URL: url, Secret: secret}, logger)
+		return webhook.New(sinkName, webhook.Config{URL: cfg.WebhookURL, Secret: secret}, logger)
 	}
 	return nil
 }

@@ -5,15 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/heraldhq/herald/internal/relaybench"
 	"github.com/heraldhq/herald/migrations/pgtest"
-	"github.com/heraldhq/herald/relay/relaybench"
 	"github.com/heraldhq/herald/sinks/nats/natstest"
 )
 
@@ -120,18 +126,50 @@ func TestLiveTransactionsOfSeveralEvents(t *testing.T) {
 	}
 }
 
+// kafkaCluster starts an in-process Kafka broker (kfake) for one test: the
+// bench itself starts none, it is given brokers.
+func kafkaCluster(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// webhookReceiver is a real HTTP server that counts the events posted to it
+// (by their webhook-id header) and answers 204.
+func webhookReceiver(t *testing.T) (url string, received *atomic.Int64) {
+	t.Helper()
+	received = new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil || r.Header.Get("webhook-id") == "" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		received.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/hook", received
+}
+
 func TestDrainSinks(t *testing.T) {
 	t.Parallel()
 	cases := map[string]func(t *testing.T) relaybench.Config{
-		"kafka": func(*testing.T) relaybench.Config {
-			return relaybench.Config{Sink: relaybench.SinkKafka, KafkaPartitions: 4}
+		"kafka": func(t *testing.T) relaybench.Config {
+			return relaybench.Config{Sink: relaybench.SinkKafka, KafkaBrokers: kafkaCluster(t).ListenAddrs(), KafkaPartitions: 4}
 		},
-		"webhook": func(*testing.T) relaybench.Config { return relaybench.Config{Sink: relaybench.SinkWebhook} },
+		"webhook": func(t *testing.T) relaybench.Config {
+			url, _ := webhookReceiver(t)
+			return relaybench.Config{Sink: relaybench.SinkWebhook, WebhookURL: url}
+		},
 		"nats": func(t *testing.T) relaybench.Config {
 			return relaybench.Config{Sink: relaybench.SinkNATS, NATSURL: natstest.URL(t)}
 		},
-		"nats embedded": func(*testing.T) relaybench.Config {
-			return relaybench.Config{Sink: relaybench.SinkNATS, NATSEmbedded: true, NATSFileStorage: true}
+		"nats file storage": func(t *testing.T) relaybench.Config {
+			return relaybench.Config{Sink: relaybench.SinkNATS, NATSURL: natstest.URL(t), NATSFileStorage: true}
 		},
 	}
 	for name, cfg := range cases {
@@ -144,6 +182,37 @@ func TestDrainSinks(t *testing.T) {
 				t.Fatalf("result %+v", res)
 			}
 		})
+	}
+}
+
+// TestWebhookReceiverGetsEveryEvent: the events the bench counts as
+// acknowledged reached the receiver it was given.
+func TestWebhookReceiverGetsEveryEvent(t *testing.T) {
+	t.Parallel()
+	url, received := webhookReceiver(t)
+	res := run(t, relaybench.Config{Sink: relaybench.SinkWebhook, WebhookURL: url, Events: 200, Keys: 10})
+	if res.Events != 200 || received.Load() < 200 {
+		t.Fatalf("%d events committed, %d received", res.Events, received.Load())
+	}
+}
+
+// TestKafkaTopicDeleted checks the throwaway topic is gone after a run.
+func TestKafkaTopicDeleted(t *testing.T) {
+	t.Parallel()
+	c := kafkaCluster(t)
+	res := run(t, relaybench.Config{Sink: relaybench.SinkKafka, KafkaBrokers: c.ListenAddrs(), Events: 10})
+	if res.Events != 10 {
+		t.Fatalf("result %+v", res)
+	}
+	// A fresh transport: kafka-go's default one caches metadata.
+	meta, err := (&kafkago.Client{Addr: kafkago.TCP(c.ListenAddrs()...), Transport: &kafkago.Transport{}}).Metadata(context.Background(), &kafkago.MetadataRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range meta.Topics {
+		if strings.HasPrefix(topic.Name, "herald_bench_") {
+			t.Errorf("topic %s left behind", topic.Name)
+		}
 	}
 }
 

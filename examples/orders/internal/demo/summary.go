@@ -61,7 +61,7 @@ type Summary struct {
 	// Sinks has one entry per sink, in route order.
 	Sinks []SinkSummary `json:"sinks"`
 	// Outage is how long the webhook answered 503.
-	Outage Duration `json:"outage"`
+	Outage Duration `json:"outage_ms"`
 	// WebhookUnavailable and WebhookRefused count the webhook's 503 and 400
 	// answers.
 	WebhookUnavailable int64 `json:"webhook_unavailable"`
@@ -81,7 +81,7 @@ type Summary struct {
 	// Latency is commit-to-publish over every delivery of every sink.
 	Latency Latency `json:"latency"`
 	// Elapsed is the run's duration.
-	Elapsed Duration `json:"elapsed"`
+	Elapsed Duration `json:"elapsed_ms"`
 }
 
 // SinkSummary is one sink's share.
@@ -102,9 +102,9 @@ type SinkSummary struct {
 
 // Latency is a distribution of commit-to-publish times.
 type Latency struct {
-	P50 Duration `json:"p50"`
-	P99 Duration `json:"p99"`
-	Max Duration `json:"max"`
+	P50 Duration `json:"p50_ms"`
+	P99 Duration `json:"p99_ms"`
+	Max Duration `json:"max_ms"`
 }
 
 // Duration is a time.Duration that encodes in JSON as milliseconds.

@@ -88,7 +88,7 @@ func (r *run) outage(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(cfg.Progress, "inserting %d events over %s in schema %s, sink down refusing them...\n", cfg.Events, keysText(cfg.Keys), r.tables.Schema)
-	m := r.startMeasuring("the measured phase (VmHWM reset at its start): the outage and the catch-up; includes the recorders and the in-process sink peer")
+	m := r.startMeasuring("the measured phase (VmHWM reset at its start): the outage and the catch-up; includes the recorders")
 	r.target.Store(int64(cfg.Events))
 	if err := r.commitEvents(ctx, 0, cfg.Events, "", true); err != nil {
 		return err

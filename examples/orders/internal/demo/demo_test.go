@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/heraldhq/herald/examples/orders/demo"
+	"github.com/heraldhq/herald/examples/orders/internal/demo"
 	"github.com/heraldhq/herald/migrations/pgtest"
 )
 

@@ -57,7 +57,7 @@ func (r *run) live(ctx context.Context) error {
 		rate = fmt.Sprintf("%d events/s", cfg.Rate)
 	}
 	fmt.Fprintf(cfg.Progress, "%s: %d producers at %s for %s, %d relay(s)...\n", cfg.Mode, cfg.Producers, rate, cfg.Duration, cfg.Relays)
-	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes producers, the recorder and the in-process sink peer")
+	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes producers and the recorder")
 	committedSoFar := func() int64 { return r.committed.Load() }
 	stopReports := r.startReports(ctx, m.start, committedSoFar)
 	var iso *isolation
@@ -89,7 +89,7 @@ func (r *run) live(ctx context.Context) error {
 	for i, c := range r.commitNanos {
 		committed[i] = c != 0
 	}
-	r.finish(ctx, committed, measured, cpu, "the whole process: relays, producers, sink client and its in-process peer, recorder; not PostgreSQL")
+	r.finish(ctx, committed, measured, cpu, "the whole process: relays, producers, sink client, recorder; not PostgreSQL or the sink's peer")
 	r.res.Latency = r.latencies(r.rec.all())
 	if iso != nil {
 		iso.finish(producersEnd)

@@ -68,7 +68,7 @@ func (r *run) hotKey(ctx context.Context) error {
 	fmt.Fprintf(cfg.Progress, "inserting %d events over %s...\n", cfg.Events, keysText(cfg.Keys))
 	r.obs.reset()
 	attempts0 := s.fault.keyRefused.Load()
-	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes the recorder and the in-process sink peer")
+	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes the recorder")
 	r.target.Store(int64(cfg.Events))
 	if err := r.commitEvents(ctx, 0, cfg.Events, "", true); err != nil {
 		return err

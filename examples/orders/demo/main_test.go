@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/examples/orders/internal/demo"
+	"github.com/heraldhq/herald/migrations/pgtest"
+)
+
+// repoRoot is the repository root, relative to this package.
+const repoRoot = "../../.."
+
+// goCommand runs the go tool in the repository root with args and extra
+// environment (DATABASE_URL and DOCKER_HOST removed unless given), within
+// five minutes: a build on a loaded machine is slow.
+func goCommand(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return runIn(ctx, t, repoRoot, env, "go", args...)
+}
+
+func runIn(ctx context.Context, t *testing.T, dir string, env []string, name string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "DOCKER_HOST=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running %s %v: %v", name, args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// TestReadmeDemoCommand runs the README's first command, `go run
+// ./examples/orders/demo`, short and as JSON, and checks the summary's
+// numbers and that the JSON durations say their unit.
+func TestReadmeDemoCommand(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.UniqueName(demo.DefaultSchema)
+	stdout, stderr, code := goCommand(t, []string{"DATABASE_URL=" + pgtest.URL(t)},
+		"run", "./examples/orders/demo", "--short", "--json", "--schema", schema)
+	if code != 0 {
+		t.Fatalf("go run ./examples/orders/demo --short --json: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	var s demo.Summary
+	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+		t.Fatalf("summary is not JSON: %v\n%s", err, stdout)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatalf("summary does not add up: %v\n%s", err, stdout)
+	}
+	routed := map[string]int{"nats": 200, "webhook": 200, "email": 100}
+	for _, k := range s.Sinks {
+		if k.Published != routed[k.Name] || k.Routed != routed[k.Name] || k.Latency.P50 <= 0 {
+			t.Fatalf("sink %s: %+v", k.Name, k)
+		}
+	}
+	if s.OrdersPaid != 100 || s.DeadLettered != 2 || s.Replayed != 2 || s.Retried == 0 || s.Latency.P99 <= 0 {
+		t.Fatalf("summary: %s", stdout)
+	}
+	for _, field := range []string{`"p50_ms"`, `"p99_ms"`, `"max_ms"`, `"outage_ms"`, `"elapsed_ms"`} {
+		if !strings.Contains(stdout, field) {
+			t.Errorf("the JSON summary has no %s field:\n%s", field, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "orders 100/100 paid") {
+		t.Fatalf("no progress on stderr:\n%s", stderr)
+	}
+	var n int
+	if err := pgtest.Pool(t).QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("schema %s left behind", schema)
+	}
+}
+
+// TestDemoBinaryErrors: no server answers and no Docker engine either, so
+// the demo says what to run and exits 1; bad flags exit 2.
+func TestDemoBinaryErrors(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "demo")
+	if _, stderr, code := goCommand(t, nil, "build", "-o", bin, "./examples/orders/demo"); code != 0 {
+		t.Fatalf("go build ./examples/orders/demo: exit %d\n%s", code, stderr)
+	}
+	run := func(env []string, args ...string) (string, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, stderr, code := runIn(ctx, t, ".", env, bin, args...)
+		return stderr, code
+	}
+
+	stderr, code := run([]string{"DOCKER_HOST=unix:///nonexistent/docker.sock"},
+		"--short", "--database-url", "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	if code != 1 || !strings.Contains(stderr, "docker run -d --name herald-pg -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:17") {
+		t.Fatalf("no database: exit %d, stderr:\n%s", code, stderr)
+	}
+	stderr, code = run(nil, "--schema", "public", "--database-url", "postgres://postgres@127.0.0.1:1/none")
+	if code != 1 || !strings.Contains(stderr, `must start with "herald_demo"`) {
+		t.Fatalf("--schema public: exit %d, stderr:\n%s", code, stderr)
+	}
+	stderr, code = run(nil, "--orders", "many")
+	if code != 2 || !strings.Contains(stderr, `invalid value "many" for flag -orders`) {
+		t.Fatalf("--orders many: exit %d, stderr:\n%s", code, stderr)
+	}
+	stderr, code = run(nil, "extra")
+	if code != 2 || !strings.Contains(stderr, `unexpected argument "extra"`) {
+		t.Fatalf("an argument: exit %d, stderr:\n%s", code, stderr)
+	}
+}
