@@ -133,7 +133,8 @@ func (e retryAfterError) Unwrap() error { return e.err }
 // to be left alone for d (an HTTP Retry-After, a broker's throttle time). The
 // relay schedules the event's next attempt d after the failure, capped at its
 // backoff maximum, instead of its own backoff. The attempt still counts.
-// A negative d counts as 0; RetryAfter(nil, d) is nil.
+// A d of 0 or less leaves the delay to the backoff; RetryAfter(nil, d) is
+// nil.
 //
 // The mark is found through wrapping like Permanent and Unavailable, and
 // those take precedence: Permanent(RetryAfter(err, d)) is dead-lettered at
