@@ -11,12 +11,16 @@
 //	HERALD_SCHEMA  public (schema of the outbox and of the orders table)
 //	WEBHOOK_URL    required: where order events are POSTed
 //	WEBHOOK_SECRET optional: Standard Webhooks secret (whsec_...)
+//	ADMIN_TOKEN    optional: bearer token for /herald/dlq; without one,
+//	               /herald/dlq answers only requests to a loopback host
 //
 // API:
 //
 //	PUT /orders/{id}  body {"status": "paid"}: sets the order's status and
 //	                  enqueues orders.<status> keyed by the order id
-//	GET /metrics      the relay's Prometheus metrics
+//	/herald/...       the relay's admin endpoints (healthz, readyz,
+//	                  metrics, dlq), as `relay run` serves them on its
+//	                  admin port
 package main
 
 import (
@@ -38,6 +42,8 @@ import (
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/outbox"
 	"github.com/heraldhq/herald/relay"
+	"github.com/heraldhq/herald/relay/admin"
+	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/metrics"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/webhook"
@@ -52,6 +58,7 @@ func main() {
 		Schema:        envOr("HERALD_SCHEMA", "public"),
 		WebhookURL:    os.Getenv("WEBHOOK_URL"),
 		WebhookSecret: sinks.Secret(os.Getenv("WEBHOOK_SECRET")),
+		AdminToken:    sinks.Secret(os.Getenv("ADMIN_TOKEN")),
 		Logger:        logger,
 	}
 	ln, err := net.Listen("tcp", envOr("LISTEN_ADDR", "127.0.0.1:8080"))
@@ -79,6 +86,7 @@ type options struct {
 	Schema        string
 	WebhookURL    string
 	WebhookSecret sinks.Secret
+	AdminToken    sinks.Secret
 	// RelayOwner names the relay in the lanes table; empty means Herald's
 	// default (host-pid-random).
 	RelayOwner string
@@ -163,9 +171,29 @@ func run(ctx context.Context, ln net.Listener, o options) error {
 		return fmt.Errorf("configuring the relay: %w", err)
 	}
 
+	// The admin endpoints `relay run` serves on its own port, mounted on the
+	// service's mux instead. Their reads use the relay's pool, which
+	// relay.PoolSize leaves a connection for.
+	deadLetters, err := deadletter.New(relayPool, tables)
+	if err != nil {
+		return err
+	}
+	adminSrv, err := admin.New(admin.Config{Token: o.AdminToken}, admin.Deps{
+		DB:            relayPool,
+		PausedSinks:   r.PausedSinks,
+		RecordFailure: r.RecordFailure,
+		Superseded:    r.Superseded,
+		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		DeadLetters:   deadLetters,
+		Logger:        o.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("configuring the admin endpoints: %w", err)
+	}
+
 	mux := http.NewServeMux()
 	mux.Handle("PUT /orders/{id}", &orderHandler{pool: appPool, writer: writer, tables: tables, logger: o.Logger})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/herald/", http.StripPrefix("/herald", adminSrv.Handler()))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	// The relay runs on a context of its own so that the service can stop

@@ -150,8 +150,8 @@ func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
 // TestEmbeddedRelay runs the service in this process against PostgreSQL
 // and a real webhook receiver: orders change concurrently over HTTP, every
 // event reaches the receiver signed, each order's in the order of its
-// changes, across a retry of every key; the relay's metrics are served on
-// the service's mux; and cancelling the context stops the server and the
+// changes, across a retry of every key; the relay's admin endpoints are
+// served on the service's mux; and cancelling the context stops the server and the
 // relay, which records everything it published and gives back its lanes
 // (goleak then checks no goroutine is left).
 func TestEmbeddedRelay(t *testing.T) {
@@ -168,7 +168,7 @@ func TestEmbeddedRelay(t *testing.T) {
 	go func() {
 		done <- run(ctx, ln, options{
 			DatabaseURL: url, Schema: tables.Schema, WebhookURL: rc.srv.URL, WebhookSecret: secret,
-			RelayOwner: owner, Logger: slog.New(slog.DiscardHandler),
+			AdminToken: "admin-token", RelayOwner: owner, Logger: slog.New(slog.DiscardHandler),
 		})
 	}()
 
@@ -203,14 +203,30 @@ func TestEmbeddedRelay(t *testing.T) {
 		}
 	}
 
-	resp, err := client.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsText, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !bytes.Contains(metricsText, []byte(`herald_events_published_total{sink="billing"`)) {
-		t.Fatalf("/metrics has no herald_events_published_total for the billing sink:\n%.2000s", metricsText)
+	// The admin endpoints, mounted under /herald/.
+	for _, c := range []struct {
+		path, token string
+		status      int
+		body        string
+	}{
+		{path: "/herald/readyz", status: http.StatusOK},
+		{path: "/herald/metrics", status: http.StatusOK, body: `herald_events_published_total{sink="billing"`},
+		{path: "/herald/dlq", status: http.StatusUnauthorized},
+		{path: "/herald/dlq", token: "admin-token", status: http.StatusOK, body: "[]"},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, base+c.path, nil)
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !bytes.Contains(body, []byte(c.body)) {
+			t.Fatalf("GET %s (token %q): %s %.2000s; want %d with %q", c.path, c.token, resp.Status, body, c.status, c.body)
+		}
 	}
 
 	cancel()
@@ -222,7 +238,7 @@ func TestEmbeddedRelay(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the service did not stop within 60s of its context ending")
 	}
-	if _, err := client.Get(base + "/metrics"); err == nil {
+	if _, err := client.Get(base + "/herald/healthz"); err == nil {
 		t.Fatal("the HTTP server still answers after the service stopped")
 	}
 	if n := count(t, pool, `SELECT count(*) FROM `+tables.Lanes()+` WHERE owner = $1`, owner); n != 0 {
