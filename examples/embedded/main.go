@@ -63,11 +63,11 @@ func main() {
 	}
 	ln, err := net.Listen("tcp", envOr("LISTEN_ADDR", "127.0.0.1:8080"))
 	if err != nil {
-		logger.Error("embedded: listening", "err", err)
+		logger.Error("embedded: listening", "error", err)
 		os.Exit(1)
 	}
 	if err := run(ctx, ln, opts); err != nil {
-		logger.Error("embedded: stopped", "err", err)
+		logger.Error("embedded: stopped", "error", err)
 		os.Exit(1)
 	}
 	logger.Info("embedded: stopped")
@@ -101,6 +101,7 @@ const relayWorkers = 2
 // finishes and records its batch in flight. Events committed but not yet
 // published stay in the outbox for the next start.
 func run(ctx context.Context, ln net.Listener, o options) error {
+	defer ln.Close() // run owns ln, also when it returns before serving
 	tables := migrations.Tables{Schema: o.Schema, Table: "outbox"}.WithDefaults()
 	if err := tables.Validate(); err != nil {
 		return err
@@ -150,7 +151,7 @@ func run(ctx context.Context, ln net.Listener, o options) error {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := billing.Close(closeCtx); err != nil {
-			o.Logger.Warn("embedded: closing the webhook sink", "err", err)
+			o.Logger.Warn("embedded: closing the webhook sink", "error", err)
 		}
 	}()
 

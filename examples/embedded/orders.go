@@ -89,6 +89,6 @@ RETURNING version`, id, body.Status).Scan(&ev.Version); err != nil {
 }
 
 func (h *orderHandler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	h.logger.ErrorContext(r.Context(), "embedded: updating an order", "order_id", r.PathValue("id"), "err", err)
+	h.logger.ErrorContext(r.Context(), "embedded: updating an order", "order_id", r.PathValue("id"), "error", err)
 	http.Error(w, "internal error", http.StatusInternalServerError)
 }
