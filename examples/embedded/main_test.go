@@ -203,6 +203,27 @@ func TestEmbeddedRelay(t *testing.T) {
 		}
 	}
 
+	// Bad requests are refused, naming what is wrong, and write nothing.
+	for _, c := range []struct{ body, want string }{
+		{body: `{"status":`, want: "body: unexpected EOF"},
+		{body: `{}`, want: "body: status: required"},
+		{body: `{"status":"` + strings.Repeat("x", 65) + `"}`, want: "body: status: required, at most 64 bytes"},
+	} {
+		req, _ := http.NewRequest(http.MethodPut, base+"/orders/bad", strings.NewReader(c.body))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), c.want) {
+			t.Fatalf("PUT %s: %s %q, want 400 saying %q", c.body, resp.Status, body, c.want)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM `+tables.Outbox()+` WHERE key = 'bad'`); n != 0 {
+		t.Fatalf("refused requests wrote %d events", n)
+	}
+
 	// The admin endpoints, mounted under /herald/.
 	for _, c := range []struct {
 		path, token string
@@ -246,6 +267,28 @@ func TestEmbeddedRelay(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM `+tables.Outbox()) + count(t, pool, `SELECT count(*) FROM `+tables.Deliveries()); n != 0 {
 		t.Fatalf("%d rows left in the outbox and its deliveries: the relay did not record what it published", n)
+	}
+}
+
+func TestEmbeddedRefusesBadSettings(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    options
+		want string
+	}{
+		{name: "no webhook", o: options{Schema: "public"}, want: "WEBHOOK_URL is required"},
+		{name: "bad schema", o: options{Schema: strings.Repeat("s", 64), WebhookURL: "http://127.0.0.1:1"}, want: "database.schema: \"" + strings.Repeat("s", 64) + "\" is longer than 44 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.o.Logger = slog.New(slog.DiscardHandler)
+			if err := run(context.Background(), ln, c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("run: %v, want an error saying %q", err, c.want)
+			}
+		})
 	}
 }
 
