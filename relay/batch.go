@@ -296,10 +296,6 @@ func publishSafely(ctx context.Context, s *sinkState, events []sinks.Event) (res
 	return results
 }
 
-// retryAfter is implemented by errors that carry the destination's own
-// retry delay (an HTTP Retry-After).
-type retryAfter interface{ RetryAfter() time.Duration }
-
 // settle applies the sinks' results to their targets and pauses or resumes
 // each sink.
 func (b *batch) settle() {

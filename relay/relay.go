@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -219,11 +218,11 @@ func (r *Relay) maxAttempts(it *item) int {
 }
 
 // retryDelay is the backoff for the given attempt, or the destination's own
-// Retry-After when it asked for one (capped at the backoff maximum).
+// delay when the sink marked the error with sinks.RetryAfter (capped at the
+// backoff maximum, so a hostile Retry-After cannot park an event for years).
 func (r *Relay) retryDelay(err error, attempt int) time.Duration {
-	var ra retryAfter
-	if errors.As(err, &ra) && ra.RetryAfter() > 0 {
-		return min(ra.RetryAfter(), r.cfg.Backoff.Max)
+	if d, ok := sinks.RetryDelay(err); ok && d > 0 {
+		return min(d, r.cfg.Backoff.Max)
 	}
 	return r.cfg.Backoff.Delay(attempt)
 }

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -415,18 +416,13 @@ func TestStopKeyOnDeadLetterHoldsTheKey(t *testing.T) {
 	}
 }
 
-type retryAfterErr struct{ d time.Duration }
-
-func (e retryAfterErr) Error() string             { return "503 Service Unavailable" }
-func (e retryAfterErr) RetryAfter() time.Duration { return e.d }
-
 func TestRetryAfterFromTheSinkIsHonoured(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var failed atomic.Bool
 	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
 		if !failed.Swap(true) {
-			return retryAfterErr{d: 1200 * time.Millisecond}
+			return sinks.RetryAfter(errors.New("503 Service Unavailable"), 1200*time.Millisecond)
 		}
 		return nil
 	}}
@@ -438,6 +434,61 @@ func TestRetryAfterFromTheSinkIsHonoured(t *testing.T) {
 	waitFor(t, 10*time.Second, "delivered", func() bool { return len(b.rec.all()) == 1 })
 	if took := b.rec.all()[0].at.Sub(start); took < 1200*time.Millisecond {
 		t.Fatalf("retried after %s, before the sink's Retry-After of 1.2s", took)
+	}
+}
+
+// TestRetryAfterSchedulesTheDelivery reads the delivery a custom sink's
+// sinks.RetryAfter leaves behind: its next attempt is due the asked delay
+// after the failure (capped at the backoff maximum), the attempt counts,
+// and the mark's text is the recorded error. Permanent and Unavailable
+// keep their meaning over a RetryAfter mark.
+func TestRetryAfterSchedulesTheDelivery(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		err      error
+		max      time.Duration // Backoff.Max
+		want     time.Duration // next_at - failure
+		state    string
+		attempts int
+	}{
+		{name: "asked delay", err: sinks.RetryAfter(errors.New("throttled"), 40*time.Minute), max: time.Hour, want: 40 * time.Minute, state: "ready", attempts: 1},
+		{name: "capped at backoff max", err: sinks.RetryAfter(errors.New("throttled"), 50*time.Hour), max: time.Hour, want: time.Hour, state: "ready", attempts: 1},
+		{name: "permanent wins", err: sinks.Permanent(sinks.RetryAfter(errors.New("gone"), 40*time.Minute)), max: time.Hour, state: "dead", attempts: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			sink := &testSink{name: "mem", rec: b.rec, fail: func(sinks.Event) error { return c.err }}
+			cfg := b.config(t, sink)
+			cfg.Backoff = Backoff{Initial: 50 * time.Millisecond, Max: c.max, Jitter: -1}
+			b.insert(t, ev{topic: "t", key: "k"})
+			failedBefore := time.Now()
+			b.start(t, cfg)
+			waitFor(t, 20*time.Second, "the failure recorded", func() bool {
+				return b.countDeliveries(t, "sink = 'mem' AND attempts > 0") == 1
+			})
+			var (
+				state, lastErr string
+				attempts       int
+				nextAt         *time.Time
+			)
+			if err := b.pool.QueryRow(context.Background(), `SELECT state, attempts, last_error, next_at FROM `+b.tables.Deliveries()+` WHERE sink = 'mem'`).
+				Scan(&state, &attempts, &lastErr, &nextAt); err != nil {
+				t.Fatal(err)
+			}
+			if state != c.state || attempts != c.attempts || !strings.Contains(lastErr, c.err.Error()) {
+				t.Fatalf("delivery state %s, attempts %d, error %q; want %s, %d, %q", state, attempts, lastErr, c.state, c.attempts, c.err)
+			}
+			if c.want == 0 {
+				return
+			}
+			// The failure happened between failedBefore and now.
+			if nextAt == nil || nextAt.Before(failedBefore.Add(c.want)) || nextAt.After(time.Now().Add(c.want)) {
+				t.Fatalf("next attempt at %v, want %s after the failure (between %v and %v)", nextAt, c.want, failedBefore.Add(c.want), time.Now().Add(c.want))
+			}
+		})
 	}
 }
 

@@ -44,7 +44,8 @@ type Event struct {
 // Publish delivers events in slice order and returns exactly one error per
 // event, at the same index: nil when the destination acknowledged the event,
 // otherwise an error the relay classifies with IsPermanent and IsUnavailable
-// (anything else is retried with backoff). Events sharing a Key must not be
+// (anything else is retried with backoff, or after the delay RetryAfter
+// marked it with). Events sharing a Key must not be
 // reordered. What a failure means for the later events of its key is the
 // relay's to decide: whatever the sink reports for them, they wait behind
 // the failed one and are sent again after it. So a sink should not send
@@ -116,6 +117,43 @@ func Unavailable(err error) error {
 func IsUnavailable(err error) bool {
 	var u unavailableError
 	return errors.As(err, &u)
+}
+
+type retryAfterError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e retryAfterError) Error() string {
+	return fmt.Sprintf("%v (retry after %s)", e.err, e.delay)
+}
+func (e retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter marks err as a retryable failure for which the destination asked
+// to be left alone for d (an HTTP Retry-After, a broker's throttle time). The
+// relay schedules the event's next attempt d after the failure, capped at its
+// backoff maximum, instead of its own backoff. The attempt still counts.
+// A d of 0 or less leaves the delay to the backoff; RetryAfter(nil, d) is
+// nil.
+//
+// The mark is found through wrapping like Permanent and Unavailable, and
+// those take precedence: Permanent(RetryAfter(err, d)) is dead-lettered at
+// once, Unavailable(RetryAfter(err, d)) pauses the sink.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return retryAfterError{err: err, delay: max(d, 0)}
+}
+
+// RetryDelay returns the delay err was marked with by RetryAfter (the
+// outermost mark when there are several), and whether it has one.
+func RetryDelay(err error) (time.Duration, bool) {
+	var r retryAfterError
+	if !errors.As(err, &r) {
+		return 0, false
+	}
+	return r.delay, true
 }
 
 // Fill returns a slice of n copies of err: the result of a call that failed

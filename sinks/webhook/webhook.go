@@ -35,7 +35,7 @@
 //
 // 2xx is success. 408, 429, 5xx, timeouts and broken connections are
 // retryable; a Retry-After header (seconds or HTTP date) on them is reported
-// as a *RetryAfterError. 401 and 403 mean the endpoint refuses Herald itself
+// with sinks.RetryAfter. 401 and 403 mean the endpoint refuses Herald itself
 // (a wrong token or secret), so they are sinks.Unavailable, like refused
 // connections, DNS failures and TLS handshake or certificate failures: the
 // relay pauses the sink instead of failing events. Other 3xx and 4xx are
@@ -89,27 +89,6 @@ import (
 
 	"github.com/heraldhq/herald/sinks"
 )
-
-// RetryAfterError is a retryable failure for which the endpoint asked, with
-// a Retry-After header, to wait Delay before the next attempt. The relay may
-// find it with errors.As and delay the retry accordingly (capping Delay as it
-// sees fit). Delay is never negative.
-type RetryAfterError struct {
-	Delay time.Duration
-	Err   error
-}
-
-// Error implements error.
-func (e *RetryAfterError) Error() string {
-	return fmt.Sprintf("%v (retry after %s)", e.Err, e.Delay)
-}
-
-// Unwrap returns Err.
-func (e *RetryAfterError) Unwrap() error { return e.Err }
-
-// RetryAfter returns Delay. The relay schedules the retry after it (capped
-// at its backoff maximum) instead of its own backoff.
-func (e *RetryAfterError) RetryAfter() time.Duration { return e.Delay }
 
 // Sink POSTs events to one endpoint. It implements sinks.Sink.
 type Sink struct {
@@ -462,18 +441,18 @@ func (s *Sink) statusError(resp *http.Response, snippet string) error {
 	}
 }
 
-// retryAfter wraps err in a *RetryAfterError when resp has a valid
-// Retry-After header.
+// retryAfter marks err with sinks.RetryAfter when resp has a valid
+// Retry-After header (seconds or an HTTP date).
 func retryAfter(resp *http.Response, err error) error {
 	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
 	if v == "" {
 		return err
 	}
 	if secs, perr := strconv.ParseInt(v, 10, 64); perr == nil && secs >= 0 {
-		return &RetryAfterError{Delay: time.Duration(min(secs, int64(time.Duration(1<<63-1)/time.Second))) * time.Second, Err: err}
+		return sinks.RetryAfter(err, time.Duration(min(secs, int64(time.Duration(1<<63-1)/time.Second)))*time.Second)
 	}
 	if at, perr := http.ParseTime(v); perr == nil {
-		return &RetryAfterError{Delay: max(time.Until(at), 0), Err: err}
+		return sinks.RetryAfter(err, time.Until(at))
 	}
 	return err
 }

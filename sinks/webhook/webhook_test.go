@@ -474,8 +474,8 @@ func TestRetryAfter(t *testing.T) {
 	cases := []struct {
 		name, header string
 		code         int
-		min, max     time.Duration // want a *RetryAfterError with Delay in [min, max]
-		none         bool          // want no *RetryAfterError
+		min, max     time.Duration // want a sinks.RetryAfter mark with a delay in [min, max]
+		none         bool          // want no sinks.RetryAfter mark
 	}{
 		{name: "seconds", code: 503, header: "7", min: 7 * time.Second, max: 7 * time.Second},
 		{name: "zero", code: 429, header: "0", min: 0, max: 0},
@@ -497,18 +497,18 @@ func TestRetryAfter(t *testing.T) {
 			if err == nil {
 				t.Fatal("want an error")
 			}
-			var ra *RetryAfterError
+			delay, ok := sinks.RetryDelay(err)
 			if c.none {
-				if errors.As(err, &ra) {
-					t.Fatalf("got RetryAfterError %v, want none", err)
+				if ok {
+					t.Fatalf("got a Retry-After mark on %v, want none", err)
 				}
 				return
 			}
-			if !errors.As(err, &ra) {
-				t.Fatalf("err = %v, want a *RetryAfterError", err)
+			if !ok {
+				t.Fatalf("err = %v, want a sinks.RetryAfter mark", err)
 			}
-			if class(err) != "retry" || ra.Delay < c.min || ra.Delay > c.max {
-				t.Fatalf("class %s, delay %s, want retry with delay in [%s, %s]", class(err), ra.Delay, c.min, c.max)
+			if class(err) != "retry" || delay < c.min || delay > c.max {
+				t.Fatalf("class %s, delay %s, want retry with delay in [%s, %s]", class(err), delay, c.min, c.max)
 			}
 			if !strings.Contains(err.Error(), "retry after") {
 				t.Fatalf("message %q does not mention the delay", err)
@@ -534,8 +534,7 @@ func TestStatusOverrides(t *testing.T) {
 		if got := class(err); got != c.want {
 			t.Fatalf("status %d: class %s (%v), want %s", c.code, got, err, c.want)
 		}
-		var ra *RetryAfterError
-		if c.code == 409 && (!errors.As(err, &ra) || ra.Delay != 3*time.Second || !strings.Contains(err.Error(), "retry_on")) {
+		if delay, ok := sinks.RetryDelay(err); c.code == 409 && (!ok || delay != 3*time.Second || !strings.Contains(err.Error(), "retry_on")) {
 			t.Fatalf("409 under retry_on: %v, want Retry-After honoured", err)
 		}
 	}
