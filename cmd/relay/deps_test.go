@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -47,7 +48,7 @@ func TestBinaryCarriesNoTestServers(t *testing.T) {
 		t.Fatalf("go list -deps ./cmd/relay: %v", err)
 	}
 	deps := strings.Fields(string(out))
-	if len(deps) < 100 || !containsDep(deps, "github.com/heraldhq/herald/relay") {
+	if len(deps) < 100 || !slices.Contains(deps, "github.com/heraldhq/herald/relay") {
 		t.Fatalf("go list -deps gave %d packages, without the relay library: not the list of the binary's packages", len(deps))
 	}
 	var found []string
@@ -64,13 +65,4 @@ func TestBinaryCarriesNoTestServers(t *testing.T) {
 	if len(found) > 0 {
 		t.Fatalf("relay links %d packages a production binary must not carry:\n  %s", len(found), strings.Join(found, "\n  "))
 	}
-}
-
-func containsDep(deps []string, pkg string) bool {
-	for _, d := range deps {
-		if d == pkg {
-			return true
-		}
-	}
-	return false
 }
