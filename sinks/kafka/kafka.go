@@ -153,6 +153,23 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 // Name implements sinks.Sink.
 func (s *Sink) Name() string { return s.name }
 
+// Check implements sinks.Checker: it asks the brokers for the cluster's
+// metadata (no topics) over the sink's own transport, so TLS and SASL are
+// checked too.
+func (s *Sink) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	c := &kafkago.Client{Addr: kafkago.TCP(s.cfg.Brokers...), Transport: s.transport, Timeout: s.cfg.WriteTimeout}
+	if _, err := c.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{}}); err != nil {
+		err = fmt.Errorf("kafka sink %s: reading metadata from %s: %w", s.name, strings.Join(s.cfg.Brokers, ","), err)
+		if isUnavailable(err) || ctx.Err() != nil {
+			return sinks.Unavailable(err)
+		}
+		return err
+	}
+	return nil
+}
+
 // Close implements sinks.Sink: it waits for in-flight produce requests and
 // closes the connections. When ctx ends first, Close returns ctx's error and
 // the requests finish in the background.
