@@ -55,5 +55,6 @@ configuration errors.`,
 	root.AddCommand(newBenchCommand(g))
 	root.AddCommand(newStatusCommand(g))
 	root.AddCommand(newDLQCommand(g))
+	root.AddCommand(newConfigCommand(g))
 	return root
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -110,5 +111,46 @@ func TestDLQSelectionFlagsShared(t *testing.T) {
 		if !strings.Contains(r.stdout, "would "+verb+" 0 dead letters") {
 			t.Fatalf("dlq %s --older-than 3h:\n%s", verb, r)
 		}
+	}
+}
+
+// TestReadOnlyCommandsNeedOnlyTheirVariables: status, dlq and migrate read
+// the database section and the routes; the ${VAR}s of the admin token,
+// tracing, relay settings and sink secrets need not be set for them, while
+// run still refuses to start without them.
+func TestReadOnlyCommandsNeedOnlyTheirVariables(t *testing.T) {
+	t.Parallel()
+	b := newDLQBundle(t)
+	url, _ := dbURL(t)
+	b.insertDead(1, "orders.created", "hook")
+	cfg := writeConfig(t, fmt.Sprintf(`
+database: {url: %q, schema: %s}
+relay: {batch_size: "${HERALD_TEST_UNSET_BATCH}"}
+admin: {listen: "0.0.0.0:9999", token: "${HERALD_TEST_UNSET_TOKEN}"}
+tracing: {otlp_endpoint: "${HERALD_TEST_UNSET_OTLP}"}
+sinks:
+  - {name: hook, type: webhook, url: "https://${HERALD_TEST_UNSET_HOST}/hook", secret: "${HERALD_TEST_UNSET_SECRET}"}
+routes: [{topics: ["orders.*"], sinks: [hook]}]
+`, url, b.tables.Schema))
+	for _, args := range [][]string{{"status"}, {"dlq", "list"}, {"migrate", "status"}, {"dlq", "purge", "--all", "--dry-run"}} {
+		r := runRelay(t, nil, append(args, "--config", cfg)...)
+		b.check(t, r, 0)
+		if args[0] == "status" && !regexp.MustCompile(`(?m)^\s*hook\s+0\s+0\s+1\s`).MatchString(r.stdout) {
+			t.Fatalf("status with --config:\n%s", r)
+		}
+	}
+	r := runRelay(t, nil, "run", "--config", cfg)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "HERALD_TEST_UNSET_") {
+		t.Fatalf("run without the variables set must refuse, naming one:\n%s", r)
+	}
+	// A read-only command still names a variable it does need.
+	cfg = writeConfig(t, `
+database: {url: "${HERALD_TEST_UNSET_DB}"}
+sinks: [{name: hook, type: discard}]
+routes: [{topics: ["*"], sinks: [hook]}]
+`)
+	r = runRelay(t, nil, "status", "--config", cfg)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "database.url") || !strings.Contains(r.stderr, "HERALD_TEST_UNSET_DB") {
+		t.Fatalf("status without the database's variable:\n%s", r)
 	}
 }

@@ -160,6 +160,8 @@ type routeSpec struct {
 type targetSpec struct {
 	sink        string
 	destination *template.Template
+	// source is the destination template as written ("" for none).
+	source string
 }
 
 // rawFile is the file's top level as decoded; sinks and routes are decoded
@@ -521,7 +523,7 @@ func (d *decoder) parseRoutes(n *yaml.Node, specs []sinkSpec) ([]routeSpec, erro
 				if err := tmpl.Execute(io.Discard, sampleDestination); err != nil && !strings.Contains(err.Error(), "map has no entry for key") {
 					return nil, fieldErr(&tn, dpath, "invalid template (fields are .ID, .Topic, .Key, .Headers): "+err.Error())
 				}
-				target.destination = tmpl
+				target.destination, target.source = tmpl, t.Destination
 			}
 			routes[i].targets = append(routes[i].targets, target)
 		}
@@ -595,6 +597,39 @@ func (f *File) RouteSinks(topic string) []string {
 		}
 	}
 	return nil
+}
+
+// Route describes a route of the file for people (relay config check).
+type Route struct {
+	// Topics are the route's topic patterns.
+	Topics []string
+	// Targets are the route's sinks, in order.
+	Targets []RouteTarget
+}
+
+// RouteTarget is one sink of a Route.
+type RouteTarget struct {
+	// Sink and Type name the sink and its type.
+	Sink, Type string
+	// Destination is the destination template as written; empty means
+	// the event's topic.
+	Destination string
+}
+
+// Routes returns the routes in file order, the first matching applying.
+func (f *File) Routes() []Route {
+	types := map[string]string{}
+	for _, s := range f.sinks {
+		types[s.name] = s.typ
+	}
+	out := make([]Route, len(f.routes))
+	for i, r := range f.routes {
+		out[i].Topics = slices.Clone(r.topics)
+		for _, t := range r.targets {
+			out[i].Targets = append(out[i].Targets, RouteTarget{Sink: t.sink, Type: types[t.sink], Destination: t.source})
+		}
+	}
+	return out
 }
 
 // SinkNames returns the names of the configured sinks, in file order.
