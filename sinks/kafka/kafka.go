@@ -161,7 +161,7 @@ func (s *Sink) Check(ctx context.Context) error {
 	defer cancel()
 	c := &kafkago.Client{Addr: kafkago.TCP(s.cfg.Brokers...), Transport: s.transport, Timeout: s.cfg.WriteTimeout}
 	if _, err := c.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{}}); err != nil {
-		err = fmt.Errorf("kafka sink %s: reading metadata from %s: %w", s.name, strings.Join(s.cfg.Brokers, ","), err)
+		err = fmt.Errorf("reading metadata from %s: %w", strings.Join(s.cfg.Brokers, ","), err)
 		if isUnavailable(err) || ctx.Err() != nil {
 			return sinks.Unavailable(err)
 		}
