@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,21 @@ sinks:
 			t.Fatalf("the good sink delivered nothing:\n%s", p.output())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// The bad sink's event paused it: relay status names it.
+	deadline = time.Now().Add(time.Minute)
+	for {
+		r := runRelay(t, nil, "status", "--database-url", url, "--schema", tables.Schema)
+		if r.code != 0 {
+			t.Fatalf("status:\n%s", r)
+		}
+		if regexp.MustCompile(`(?m)^\S+\s+\d+\s+\S+\s+\S+\s+yes\s+wrongbus$`).MatchString(r.stdout) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay status never showed wrongbus paused:\n%s\nrelay output:\n%s", r, p.output())
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, p.output())
