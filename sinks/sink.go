@@ -87,6 +87,19 @@ type Checker interface {
 	Check(ctx context.Context) error
 }
 
+// DestinationChecker is implemented by a Checker that can also check
+// destinations known before any event (a route's fixed NATS subject or
+// Kafka topic): that a JetStream stream covers the subject, that the topic
+// exists. The relay calls it, after Check passed, with the destinations
+// its routes fix; destinations rendered from events are checked by
+// publishing.
+type DestinationChecker interface {
+	Checker
+	// CheckDestinations reports every destination that cannot be
+	// published to, or why it could not check.
+	CheckDestinations(ctx context.Context, destinations ...string) error
+}
+
 // ErrSkipped is reported for an event a sink did not try because an earlier
 // event of the same key failed in the same call. The relay counts no
 // attempt for it.

@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/relay"
 )
 
 func newConfigCommand(g *globalFlags) *cobra.Command {
@@ -25,9 +22,6 @@ func newConfigCommand(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
-// checkTimeout bounds the check of one sink.
-const checkTimeout = 10 * time.Second
-
 func newConfigCheckCommand(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "check",
@@ -36,8 +30,9 @@ func newConfigCheckCommand(g *globalFlags) *cobra.Command {
 configuration (every ${VAR} must be set) and validate every key, connect to
 the database and check its schema is migrated for this relay, create each
 sink a route uses and check it can reach its destination (NATS: connect and
-JetStream; Kafka: a metadata request; email: connect, EHLO and AUTH;
-webhooks are not checked: any request would be one the endpoint must
+JetStream, and a stream for each subject a route fixes; Kafka: a metadata
+request, and each topic a route fixes exists; email: connect, EHLO and
+AUTH; webhooks are not checked: any request would be one the endpoint must
 answer), then print which topics go to which sinks and destinations.
 
 Exit status 0 when everything answers, 1 when the database or a sink does
@@ -85,14 +80,15 @@ func (s *setup) check(ctx context.Context, out io.Writer, path string) error {
 			types[t.Sink] = t.Type
 		}
 	}
-	errs := checkSinks(ctx, built.Sinks)
-	for i, sk := range built.Sinks {
+	checks := relay.CheckSinks(ctx, built.Config.Routes)
+	for _, sk := range built.Sinks {
 		name := sk.Name()
-		switch _, checkable := sk.(sinks.Checker); {
-		case !checkable:
+		err, checked := checks[name]
+		switch {
+		case !checked:
 			fmt.Fprintf(out, "sink %s (%s): not checked (no check for this type: its first delivery shows whether it answers)\n", name, types[name])
-		case errs[i] != nil:
-			fmt.Fprintf(out, "sink %s (%s): FAILED: %v\n", name, types[name], errs[i])
+		case err != nil:
+			fmt.Fprintf(out, "sink %s (%s): FAILED: %v\n", name, types[name], err)
 			failed = append(failed, "sink "+name)
 		default:
 			fmt.Fprintf(out, "sink %s (%s): ok\n", name, types[name])
@@ -116,7 +112,7 @@ func (s *setup) check(ctx context.Context, out io.Writer, path string) error {
 	}
 	fmt.Fprintln(out, "  any other topic -> dead letter at the routing step (no route matches)")
 	if len(failed) > 0 {
-		return runtimeError(fmt.Errorf("config check: %s did not answer", strings.Join(failed, ", ")))
+		return runtimeError(fmt.Errorf("config check failed: %s", strings.Join(failed, ", ")))
 	}
 	return nil
 }
@@ -133,31 +129,4 @@ func (s *setup) checkDatabase(ctx context.Context) error {
 		return s.scrub(err)
 	}
 	return nil
-}
-
-// checkSinks checks every sinks.Checker in parallel; the error at index i
-// is sinks[i]'s.
-func checkSinks(ctx context.Context, list []sinks.Sink) []error {
-	errs := make([]error, len(list))
-	var wg sync.WaitGroup
-	for i, sk := range list {
-		c, ok := sk.(sinks.Checker)
-		if !ok {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, checkTimeout)
-			defer cancel()
-			if err := c.Check(cctx); err != nil {
-				errs[i] = err
-				if cctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
-					errs[i] = fmt.Errorf("%w (no answer within %s)", err, checkTimeout)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return errs
 }

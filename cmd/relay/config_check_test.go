@@ -51,7 +51,7 @@ routes:
 
 	// Not migrated yet: the database check fails and says what to run.
 	check(runRelay(t, env, "config", "check", "--config", config(s, natsURL, "")), 1,
-		"database ", "FAILED", "relay migrate up", "sink bus (nats): ok", "config check: the database did not answer")
+		"database ", "FAILED", "relay migrate up", "sink bus (nats): ok", "config check failed: the database")
 	if r := runRelay(t, nil, "migrate", "up", "--database-url", url, "--schema", s); r.code != 0 {
 		t.Fatalf("migrate:\n%s", r)
 	}
@@ -65,10 +65,15 @@ routes:
 	}
 
 	r = runRelay(t, env, "config", "check", "--config", config(s, bad, ""))
-	check(r, 1, "sink bus (nats): FAILED", strings.TrimPrefix(bad, "nats://"), "config check: sink bus did not answer")
+	check(r, 1, "sink bus (nats): FAILED", strings.TrimPrefix(bad, "nats://"), "config check failed: sink bus")
 	if !regexp.MustCompile(`(?m)^routes`).MatchString(r.stdout) {
 		t.Fatalf("the routes are printed even when a sink fails:\n%s", r)
 	}
+
+	// A subject a route fixes (an exact topic, no template) must have a
+	// stream; one rendered from events is checked when published.
+	r = runRelay(t, env, "config", "check", "--config", config(s, natsURL, "  - {topics: [\"herald_nostream.fixed\"], sinks: [bus]}\n"))
+	check(r, 1, "sink bus (nats): FAILED", `subject "herald_nostream.fixed"`, "no JetStream stream covers the subject")
 
 	check(runRelay(t, nil, "config", "check", "--config", config(s, natsURL, "")), 2, "HERALD_TEST_HOOK_SECRET")
 	check(runRelay(t, env, "config", "check", "--config", config(s, natsURL, "relay: {lease: 30 sec}\n")), 2, "relay.lease")

@@ -116,7 +116,7 @@ sinks:
 	base := adminBase(t, p)
 	r := waitReadyz(t, p, base, func(r readiness) bool { return r.Sinks["wrongbus"] != "" && r.Sinks["bus"] != "" })
 	if r.code != http.StatusServiceUnavailable || r.Ready || r.Sinks["bus"] != "ok" ||
-		!strings.Contains(r.Sinks["wrongbus"], bad) || len(r.Problems) != 1 || !strings.HasPrefix(r.Problems[0], "sink wrongbus cannot connect: ") {
+		!strings.Contains(r.Sinks["wrongbus"], bad) || len(r.Problems) != 1 || !strings.HasPrefix(r.Problems[0], "sink wrongbus check failed: ") {
 		t.Fatalf("/readyz with an unreachable sink: %d %s", r.code, r.body)
 	}
 	p.waitLine(t, p.stderr, "sink check failed", 30*time.Second)

@@ -290,7 +290,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			out.Sinks[name] = "ok"
 			if err != nil {
 				out.Sinks[name] = err.Error()
-				failing = append(failing, fmt.Sprintf("sink %s cannot connect: %v", name, err))
+				failing = append(failing, fmt.Sprintf("sink %s check failed: %v", name, err))
 			}
 		}
 		if len(failing) > 0 {

@@ -757,6 +757,14 @@ func TestCheck(t *testing.T) {
 	if err := s.Check(ctx); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
+	createTopic(t, c, "orders", 1, nil)
+	dc := s.(sinks.DestinationChecker)
+	if err := dc.CheckDestinations(ctx, "orders"); err != nil {
+		t.Fatalf("CheckDestinations(orders): %v", err)
+	}
+	if err := dc.CheckDestinations(ctx, "orders", "missing"); err == nil || !strings.Contains(err.Error(), `topic "missing"`) || strings.Contains(err.Error(), `"orders"`) {
+		t.Fatalf("CheckDestinations(orders, missing) = %v, want an error naming only missing", err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

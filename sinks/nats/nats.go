@@ -273,6 +273,12 @@ func (s *Sink) Check(ctx context.Context) error {
 	return nil
 }
 
+// CheckDestinations implements sinks.DestinationChecker: it is
+// CheckSubjects.
+func (s *Sink) CheckDestinations(ctx context.Context, subjects ...string) error {
+	return s.CheckSubjects(ctx, subjects...)
+}
+
 // CheckSubjects connects, checks each subject is a destination Publish
 // accepts (a valid subject, not under a reserved prefix that
 // allow_subject_prefixes does not cover) and, in JetStream mode, that a
