@@ -29,8 +29,10 @@ routing step, before any sink (shown as sink "(routing)").
 
 Filters select dead letters by --topic (a pattern: * matches any run of
 characters), --key, --sink (the sink it failed on), --error (a substring of
-its last error, any case) and --since/--until (when it died: an RFC 3339
-time, or a duration meaning that long ago, e.g. 24h).
+its last error, any case), --since/--until (when it died: an RFC 3339
+time, or a duration meaning that long ago, e.g. 24h), --older-than (died
+more than that long ago) and --id (repeatable). list, replay and purge take
+the same filters, so a dry run lists exactly what would change.
 
 Every command walks the dead letters in batches of 1,000, each its own short
 transaction, so it works on any number of them. Replay and purge lock every
