@@ -53,6 +53,10 @@ type Relay struct {
 	// tracer is nil when tracing is off.
 	tracer trace.Tracer
 
+	// checksMu guards checks, the latest check of each sinks.Checker.
+	checksMu sync.Mutex
+	checks   map[string]SinkCheck
+
 	// recorded counts events recorded since the vacuum loop was last asked
 	// to look at dead tuples (vacuumCheck); queued, deliveries queued since
 	// it was last asked to look at the tables' growth.
@@ -83,6 +87,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		log:             cfg.Logger.With("relay", cfg.Owner),
 		routeCache:      map[string]topicInfo{},
 		sinkStates:      map[string]*sinkState{},
+		checks:          map[string]SinkCheck{},
 		pausedSince:     map[string]time.Time{},
 		recordErrs:      map[*worker]recordFailure{},
 		supersededSince: map[*worker]time.Time{},
@@ -130,6 +135,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		r.routes = append(r.routes, rt)
 	}
 	slices.Sort(r.sinkNames)
+	// Every sink's paused gauge exists from the start, at 0: an alert on
+	// it has a series to watch before the first outage.
+	for _, name := range r.sinkNames {
+		cfg.Observer.SinkPaused(name, false)
+	}
 	return r, nil
 }
 
@@ -403,7 +413,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	})
 	defer stopAfter()
 
+	// Connect to the sinks now, so that a wrong address shows at start
+	// (in the log and on /readyz), not at the first event.
+	r.checkSinks(ctx)
 	var background sync.WaitGroup
+	background.Add(1)
+	go func() {
+		defer background.Done()
+		r.sinkCheckLoop(ctx)
+	}()
 	if !r.cfg.PollOnly {
 		background.Add(1)
 		go func() {

@@ -71,6 +71,36 @@ type ConcurrentPublisher interface {
 	PublishesConcurrently() bool
 }
 
+// Checker is implemented by a Sink that can tell, without publishing,
+// whether its destination answers: it connects (when it is not connected)
+// and checks what it can of its settings against the destination (a NATS
+// server offering JetStream, Kafka brokers answering a metadata request,
+// an SMTP server accepting EHLO and the credentials). The relay checks its
+// sinks at start and then periodically, and reports the failing ones on
+// /readyz; a sink that cannot be checked usefully does not implement it
+// (the webhook: a request would be an event the endpoint must answer, and
+// a TCP connect proves little behind a load balancer).
+type Checker interface {
+	Sink
+	// Check returns nil when the destination answers, else an error
+	// saying why, which names neither secrets nor event data. It must
+	// honour ctx's deadline and may run while Publish does.
+	Check(ctx context.Context) error
+}
+
+// DestinationChecker is implemented by a Checker that can also check
+// destinations known before any event (a route's fixed NATS subject or
+// Kafka topic): that a JetStream stream covers the subject, that the topic
+// exists. The relay calls it, after Check passed, with the destinations
+// its routes fix; destinations rendered from events are checked by
+// publishing.
+type DestinationChecker interface {
+	Checker
+	// CheckDestinations reports every destination that cannot be
+	// published to, or why it could not check.
+	CheckDestinations(ctx context.Context, destinations ...string) error
+}
+
 // ErrSkipped is reported for an event a sink did not try because an earlier
 // event of the same key failed in the same call. The relay counts no
 // attempt for it.

@@ -29,8 +29,10 @@ routing step, before any sink (shown as sink "(routing)").
 
 Filters select dead letters by --topic (a pattern: * matches any run of
 characters), --key, --sink (the sink it failed on), --error (a substring of
-its last error, any case) and --since/--until (when it died: an RFC 3339
-time, or a duration meaning that long ago, e.g. 24h).
+its last error, any case), --since/--until (when it died: an RFC 3339
+time, or a duration meaning that long ago, e.g. 24h), --older-than (died
+more than that long ago) and --id (repeatable). list, replay and purge take
+the same filters, so a dry run lists exactly what would change.
 
 Every command walks the dead letters in batches of 1,000, each its own short
 transaction, so it works on any number of them. Replay and purge lock every
@@ -50,19 +52,17 @@ type filterFlags struct {
 	olderThan                     time.Duration
 }
 
-func (f *filterFlags) register(fs *pflag.FlagSet, withIDs, withOlderThan bool) {
-	if withIDs {
-		fs.StringArrayVar(&f.ids, "id", nil, "event id (repeatable)")
-	}
+// register adds the selection flags. list, replay and purge take the same
+// ones, so a selection that lists something replays or purges exactly that.
+func (f *filterFlags) register(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&f.ids, "id", nil, "event id (repeatable)")
 	fs.StringVar(&f.topic, "topic", "", "topic pattern (* matches any run of characters)")
 	fs.StringVar(&f.key, "key", "", "event key")
 	fs.StringVar(&f.sink, "sink", "", "sink the dead letter failed on")
 	fs.StringVar(&f.errContains, "error", "", "substring of the last error (any case)")
 	fs.StringVar(&f.since, "since", "", "died at or after: RFC 3339 time or a duration ago (24h)")
 	fs.StringVar(&f.until, "until", "", "died before: RFC 3339 time or a duration ago (1h)")
-	if withOlderThan {
-		fs.DurationVar(&f.olderThan, "older-than", 0, "died more than this long ago (e.g. 720h)")
-	}
+	fs.DurationVar(&f.olderThan, "older-than", 0, "died more than this long ago (e.g. 720h)")
 }
 
 // filter returns the deadletter filter; errors are usage errors.
@@ -174,10 +174,10 @@ func (p *progress) report(done int64) {
 	}
 	p.last = time.Now()
 	if p.total > 0 {
-		fmt.Fprintf(p.w, "%s %d/%d dead letters (%.0f%%, %s)\n", p.verb, done, p.total, 100*float64(done)/float64(p.total), time.Since(p.start).Round(time.Millisecond))
+		fmt.Fprintf(p.w, "%s %d/%s (%.0f%%, %s)\n", p.verb, done, deadLetters(p.total), 100*float64(done)/float64(p.total), time.Since(p.start).Round(time.Millisecond))
 		return
 	}
-	fmt.Fprintf(p.w, "%s %d dead letters (%s)\n", p.verb, done, time.Since(p.start).Round(time.Millisecond))
+	fmt.Fprintf(p.w, "%s %s (%s)\n", p.verb, deadLetters(done), time.Since(p.start).Round(time.Millisecond))
 }
 
 // deadLetterWriter prints dead letters as a table or a JSON array, one at a
@@ -211,7 +211,7 @@ func (d *deadLetterWriter) write(dl deadletter.DeadLetter) error {
 			stops = "key"
 		}
 		if _, err := fmt.Fprintf(d.w, "%-36s  %-16s  %-24s  %-16s  %-20s  %4d  %-5s  %s\n", dl.ID, cell(sinkName(dl.Sink), 16), cell(dl.Topic, 24),
-			cell(dl.Key, 16), dl.DiedAt.UTC().Format(time.RFC3339), dl.Attempts, stops, cell(dl.LastError, 100)); err != nil {
+			cell(dl.Key, 16), dl.DiedAt.UTC().Format(time.RFC3339), dl.Attempts, stops, cell(cause(dl), 100)); err != nil {
 			return err
 		}
 	}
@@ -242,6 +242,21 @@ func sinkName(s string) string {
 		return "(routing)"
 	}
 	return s
+}
+
+// cause is a dead letter's last error without what the table shows in
+// other columns: sinks wrap their errors as "publishing event ID to SINK:
+// …" or "event ID: …", and the column is too narrow to spend on that prefix.
+// The JSON output and dlq show keep the whole text.
+func cause(dl deadletter.DeadLetter) string {
+	msg := dl.LastError
+	if rest, ok := strings.CutPrefix(msg, "publishing event "+dl.ID+" to "); ok {
+		if _, after, found := strings.Cut(rest, ": "); found {
+			msg = after
+		}
+	}
+	msg = strings.TrimPrefix(msg, "event "+dl.ID+": ")
+	return msg
 }
 
 // cell fits s on one line of at most n characters.
@@ -313,7 +328,7 @@ func (b *bulkChange) run(cmd *cobra.Command, g *globalFlags) error {
 		if err := listAll(ctx, store, f, out, errOut, false, n); err != nil {
 			return runtimeError(s.scrub(err))
 		}
-		fmt.Fprintf(out, "dry run: would %s %d dead letters%s; nothing changed\n", b.verb, n, scope)
+		fmt.Fprintf(out, "dry run: would %s %s%s; nothing changed\n", b.verb, deadLetters(n), scope)
 		return nil
 	}
 	if n == 0 {
@@ -330,8 +345,16 @@ func (b *bulkChange) run(cmd *cobra.Command, g *globalFlags) error {
 	if err != nil {
 		return runtimeError(s.scrub(err))
 	}
-	fmt.Fprintf(out, "%s %d dead letters%s\n", b.done, res.Count, scope)
+	fmt.Fprintf(out, "%s %s%s\n", b.done, deadLetters(res.Count), scope)
 	return missingIDs(res.Missing)
+}
+
+// deadLetters counts dead letters in words: "1 dead letter", "2 dead letters".
+func deadLetters[N int | int64](n N) string {
+	if n == 1 {
+		return "1 dead letter"
+	}
+	return fmt.Sprintf("%d dead letters", n)
 }
 
 // missingIDs fails when requested ids were not (matching) dead letters.

@@ -54,7 +54,7 @@ the later events of its key on its sink until it is replayed or purged).
 			return nil
 		},
 	}
-	ff.register(cmd.Flags(), true, true)
+	ff.register(cmd.Flags())
 	cmd.Flags().IntVar(&limit, "limit", 100, "most dead letters to list (0 for all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd

@@ -14,7 +14,7 @@ func newDLQPurgeCommand(g *globalFlags) *cobra.Command {
 		verb:     "purge",
 		done:     "purged",
 		scope:    func() string { return "" },
-		question: func(n int64) string { return fmt.Sprintf("Delete %d dead letters for good?", n) },
+		question: func(n int64) string { return fmt.Sprintf("Delete %s for good?", deadLetters(n)) },
 		apply: func(ctx context.Context, store *deadletter.Store, f deadletter.Filter, progress func(int64)) (deadletter.Result, error) {
 			return store.Purge(ctx, f, deadletter.PurgeOpts{Progress: progress})
 		},
@@ -34,7 +34,7 @@ changes nothing. Without --yes, purge asks for confirmation on the terminal
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd, g) },
 	}
-	b.ff.register(cmd.Flags(), true, true)
+	b.ff.register(cmd.Flags())
 	b.register(cmd.Flags())
 	return cmd
 }

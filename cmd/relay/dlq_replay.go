@@ -24,7 +24,7 @@ func newDLQReplayCommand(g *globalFlags) *cobra.Command {
 			return store.Replay(ctx, f, deadletter.ReplayOpts{AllSinks: allSinks, Progress: progress})
 		},
 	}
-	b.question = func(n int64) string { return fmt.Sprintf("Replay %d dead letters%s?", n, b.scope()) }
+	b.question = func(n int64) string { return fmt.Sprintf("Replay %s%s?", deadLetters(n), b.scope()) }
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Put dead letters back in their sinks' queues",
@@ -47,7 +47,7 @@ for confirmation on the terminal (and refuses when there is none).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd, g) },
 	}
-	b.ff.register(cmd.Flags(), true, false)
+	b.ff.register(cmd.Flags())
 	b.register(cmd.Flags())
 	cmd.Flags().BoolVar(&allSinks, "all-sinks", false, "route the events again, to every sink of their route (including those that delivered them)")
 	return cmd

@@ -251,7 +251,7 @@ func TestDLQReplayAndPurge(t *testing.T) {
 	// command fails naming the missing one.
 	r := runRelay(t, nil, b.args("dlq", "replay", "--id", ids[0], "--id", missing, "--yes")...)
 	b.check(t, r, 1)
-	if !strings.Contains(r.stdout, "replayed 1 dead letters into their sinks' queues") || !strings.Contains(r.stderr, missing) {
+	if !strings.Contains(r.stdout, "replayed 1 dead letter into their sinks' queues") || !strings.Contains(r.stderr, missing) {
 		t.Fatalf("replay by id:\n%s", r)
 	}
 	state := "SELECT coalesce(string_agg(sink || ' ' || state || ' ' || attempts || ' ' || (last_error IS NULL), ', ' ORDER BY sink), 'none') FROM " +
@@ -261,7 +261,7 @@ func TestDLQReplayAndPurge(t *testing.T) {
 	}
 	r = runRelay(t, nil, b.args("dlq", "replay", "--topic", "orders.*", "--all-sinks", "-y")...)
 	b.check(t, r, 0)
-	if !strings.Contains(r.stdout, "replayed 1 dead letters through the routing step") || !strings.Contains(r.stderr, "replayed 1/1 dead letters") {
+	if !strings.Contains(r.stdout, "replayed 1 dead letter through the routing step") || !strings.Contains(r.stderr, "replayed 1/1 dead letter") {
 		t.Fatalf("replay --all-sinks:\n%s", r)
 	}
 	if got := b.query(state, ids[1]); got != " ready 0 true" {
@@ -279,7 +279,7 @@ func TestDLQReplayAndPurge(t *testing.T) {
 	}
 	r = runRelay(t, nil, b.args("dlq", "purge", "--older-than", "1h", "--yes")...)
 	b.check(t, r, 0)
-	if !strings.Contains(r.stdout, "purged 1 dead letters") {
+	if !strings.Contains(r.stdout, "purged 1 dead letter") {
 		t.Fatalf("purge:\n%s", r)
 	}
 	if got := b.query(state, ids[2]); got != "none" {
@@ -399,7 +399,7 @@ routes:
 	r = runRelay(t, nil, b.args("status")...)
 	b.check(t, r, 0)
 	for _, want := range []string{"3 pending, 1 queued, 2 dead; oldest pending 1m3", "oldest queued 5m", "5 published in the last minute",
-		"TOPIC", "SINK", "OLDEST QUEUED", "orders.created"} {
+		"TOPIC", "SINK", "OLDEST QUEUED", "PUBLISHED LAST MINUTE", "orders.created"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("status lacks %q:\n%s", want, r)
 		}

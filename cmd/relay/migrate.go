@@ -129,7 +129,9 @@ func (g *globalFlags) migrator(cmd *cobra.Command) (*setup, *migrations.Migrator
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	m, err := migrations.NewMigrator(pool, s.tables, s.logger)
+	// No logger: the commands print each step themselves, and the
+	// migrator's log lines would say it a second time.
+	m, err := migrations.NewMigrator(pool, s.tables, nil)
 	if err != nil {
 		pool.Close()
 		return nil, nil, nil, usageError(err)

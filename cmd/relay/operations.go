@@ -90,6 +90,7 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 	server, err := admin.New(s.file.Admin.Config(), admin.Deps{
 		DB:            pool,
 		PausedSinks:   ops.pausedSinks,
+		SinkErrors:    ops.sinkErrors,
 		RecordFailure: ops.recordFailure,
 		Superseded:    ops.superseded,
 		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
@@ -106,6 +107,21 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 	ops.metrics, ops.store, ops.server, ops.ln = m, store, server, ln
 	cfg.Observer = m
 	return ops, nil
+}
+
+// sinkErrors reports the relay's latest sink checks once it exists.
+func (o *operations) sinkErrors() map[string]error {
+	o.mu.Lock()
+	r := o.relay
+	o.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	out := map[string]error{}
+	for name, c := range r.SinkChecks() {
+		out[name] = c.Err
+	}
+	return out
 }
 
 // pausedSinks reports the relay's paused sinks once it exists.

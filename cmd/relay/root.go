@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 )
 
@@ -28,6 +30,15 @@ database.url. Exit status: 1 for runtime failures, 2 for usage or
 configuration errors.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Without a command, the usage goes to stderr and the exit status is
+		// 2, as for any other usage error: a script that forgot its command
+		// must not pass.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.SetOut(cmd.ErrOrStderr())
+			_ = cmd.Usage()
+			return usageError(errors.New("a command is required"))
+		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	pf := root.PersistentFlags()
@@ -43,5 +54,6 @@ configuration errors.`,
 	root.AddCommand(newBenchCommand(g))
 	root.AddCommand(newStatusCommand(g))
 	root.AddCommand(newDLQCommand(g))
+	root.AddCommand(newConfigCommand(g))
 	return root
 }

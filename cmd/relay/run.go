@@ -34,7 +34,7 @@ within relay.shutdown_timeout, closes the sinks and exits 0; a second signal
 exits at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := g.load(true)
+			s, err := g.loadAll()
 			if err != nil {
 				return err
 			}

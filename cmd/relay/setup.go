@@ -24,13 +24,28 @@ type setup struct {
 	logger *slog.Logger
 }
 
-// load reads the configuration (required or not) and resolves the database
-// URL (--database-url, then DATABASE_URL, then database.url) and the tables
-// (--schema and --table over the file's). Errors are usage errors.
+// load is for commands that only read or migrate the outbox tables: it
+// reads the configuration, if one is given, with relayconfig.LoadReadOnly,
+// so the ${VAR}s of sections it does not use (the admin token, webhook
+// secrets) need not be set.
 func (g *globalFlags) load(requireConfig bool) (*setup, error) {
+	return g.loadWith(requireConfig, relayconfig.LoadReadOnly)
+}
+
+// loadAll is for commands that start sinks (run, config check): the whole
+// configuration is required, read and checked.
+func (g *globalFlags) loadAll() (*setup, error) {
+	return g.loadWith(true, relayconfig.Load)
+}
+
+// loadWith reads the configuration (required or not) with read and
+// resolves the database URL (--database-url, then DATABASE_URL, then
+// database.url) and the tables (--schema and --table over the file's).
+// Errors are usage errors.
+func (g *globalFlags) loadWith(requireConfig bool, read func(string, func(string) (string, bool)) (*relayconfig.File, error)) (*setup, error) {
 	s := &setup{}
 	if g.config != "" {
-		f, err := relayconfig.Load(g.config, os.LookupEnv)
+		f, err := read(g.config, os.LookupEnv)
 		if err != nil {
 			return nil, usageError(err)
 		}

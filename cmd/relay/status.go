@@ -77,11 +77,11 @@ func writeStatus(out io.Writer, table string, st *deadletter.Status) error {
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t\n", name, b.Pending, b.Queued, b.Dead,
 			age(b.OldestPendingAgeSeconds), age(b.OldestQueuedAgeSeconds), b.PublishedLastMinute)
 	}
-	fmt.Fprintln(w, "\nTOPIC\tPENDING\tQUEUED\tDEAD\tOLDEST PENDING\tOLDEST QUEUED\tPUBLISHED/1M\t")
+	fmt.Fprintln(w, "\nTOPIC\tPENDING\tQUEUED\tDEAD\tOLDEST PENDING\tOLDEST QUEUED\tPUBLISHED LAST MINUTE\t")
 	for _, x := range st.Topics {
 		row(x.Topic, x.Backlog)
 	}
-	fmt.Fprintln(w, "\nSINK\tPENDING\tQUEUED\tDEAD\tOLDEST PENDING\tOLDEST QUEUED\tPUBLISHED/1M\t")
+	fmt.Fprintln(w, "\nSINK\tPENDING\tQUEUED\tDEAD\tOLDEST PENDING\tOLDEST QUEUED\tPUBLISHED LAST MINUTE\t")
 	for _, x := range st.Sinks {
 		row(sinkName(x.Sink), x.Backlog)
 	}

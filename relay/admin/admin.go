@@ -151,6 +151,10 @@ type Deps struct {
 	// the zero time when none is; (*relay.Relay).Superseded. Nil means
 	// never.
 	Superseded func() time.Time
+	// SinkErrors returns the latest check of every checked sink
+	// (sinks.Checker): nil for one that answered, else why it did not.
+	// Nil means no sink is checked.
+	SinkErrors func() map[string]error
 	// Metrics serves /metrics. Nil leaves /metrics out.
 	Metrics http.Handler
 	// DeadLetters serves the /dlq endpoints.
@@ -244,6 +248,8 @@ type readiness struct {
 	Ready    bool              `json:"ready"`
 	Database string            `json:"database"`
 	Paused   map[string]string `json:"paused_sinks,omitempty"`
+	// Sinks is the latest check of each checked sink: "ok" or the error.
+	Sinks map[string]string `json:"sinks,omitempty"`
 	// RecordingFailingSince is when the relay last recorded what it
 	// published, if it has been failing since.
 	RecordingFailingSince string `json:"recording_failing_since,omitempty"`
@@ -274,6 +280,24 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		slices.Sort(out.Problems)
+	}
+	if s.deps.SinkErrors != nil {
+		var failing []string
+		for name, err := range s.deps.SinkErrors() {
+			if out.Sinks == nil {
+				out.Sinks = map[string]string{}
+			}
+			out.Sinks[name] = "ok"
+			if err != nil {
+				out.Sinks[name] = err.Error()
+				failing = append(failing, fmt.Sprintf("sink %s check failed: %v", name, err))
+			}
+		}
+		if len(failing) > 0 {
+			out.Ready = false
+			slices.Sort(failing)
+			out.Problems = append(out.Problems, failing...)
+		}
 	}
 	if s.deps.RecordFailure != nil {
 		if since, err := s.deps.RecordFailure(); !since.IsZero() {

@@ -24,6 +24,9 @@ type Built struct {
 // sink cannot be created, the ones already created are closed. A nil logger
 // means slog.Default().
 func (f *File) Build(ctx context.Context, logger *slog.Logger) (*Built, error) {
+	if f.readOnly {
+		return nil, errors.New("relayconfig: the configuration was loaded with LoadReadOnly, which does not read the sinks' settings; use Load")
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -36,6 +37,9 @@ type File struct {
 
 	sinks  []sinkSpec
 	routes []routeSpec
+	// readOnly is set by LoadReadOnly: the sinks' settings were not read,
+	// so Build refuses.
+	readOnly bool
 	// inlineSecrets are the key paths of the secrets written in the file
 	// rather than taken from the environment.
 	inlineSecrets []string
@@ -156,6 +160,8 @@ type routeSpec struct {
 type targetSpec struct {
 	sink        string
 	destination *template.Template
+	// source is the destination template as written ("" for none).
+	source string
 }
 
 // rawFile is the file's top level as decoded; sinks and routes are decoded
@@ -188,6 +194,20 @@ const maxFileSize = 4 << 20
 // references and DATABASE_URL; nil means os.LookupEnv. Errors name the file
 // and the key ("relay.lease: invalid duration ...") and never hold secrets.
 func Load(path string, env func(string) (string, bool)) (*File, error) {
+	return load(path, env, false)
+}
+
+// LoadReadOnly is Load for commands that only read the outbox tables
+// (status, dlq, migrate): it reads the database and log sections, the
+// routes, and each sink's name and type. The relay, admin and tracing
+// sections and the sinks' own settings are not read at all, so their
+// ${VAR}s (an admin token, webhook secrets) need not be set and their
+// values are not checked. The File it returns cannot Build.
+func LoadReadOnly(path string, env func(string) (string, bool)) (*File, error) {
+	return load(path, env, true)
+}
+
+func load(path string, env func(string) (string, bool), readOnly bool) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
@@ -200,9 +220,12 @@ func Load(path string, env func(string) (string, bool)) (*File, error) {
 	if len(data) > maxFileSize {
 		return nil, fmt.Errorf("config %s: larger than %d bytes", path, maxFileSize)
 	}
-	file, err := Parse(path, data, env)
+	if env == nil {
+		env = os.LookupEnv
+	}
+	file, err := parse(data, env, readOnly)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	info, err := f.Stat()
 	if err != nil {
@@ -220,19 +243,22 @@ func Parse(name string, data []byte, env func(string) (string, bool)) (*File, er
 	if env == nil {
 		env = os.LookupEnv
 	}
-	f, err := parse(data, env)
+	f, err := parse(data, env, false)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	return f, nil
 }
 
-func parse(data []byte, env func(string) (string, bool)) (*File, error) {
+func parse(data []byte, env func(string) (string, bool), readOnly bool) (*File, error) {
 	root, err := parseYAML(data)
 	if err != nil {
 		return nil, err
 	}
-	d := &decoder{expanded: map[*yaml.Node]string{}, fromEnv: map[*yaml.Node]bool{}}
+	if readOnly {
+		pruneForReading(root)
+	}
+	d := &decoder{readOnly: readOnly, expanded: map[*yaml.Node]string{}, fromEnv: map[*yaml.Node]bool{}}
 	if err := d.expandNode(root, "", env); err != nil {
 		return nil, err
 	}
@@ -240,7 +266,7 @@ func parse(data []byte, env func(string) (string, bool)) (*File, error) {
 	if err := d.decode(root, reflect.ValueOf(&raw).Elem(), ""); err != nil {
 		return nil, err
 	}
-	f := &File{Database: raw.Database, Relay: raw.Relay, Log: raw.Log.withDefaults(), Admin: raw.Admin, Tracing: raw.Tracing}
+	f := &File{Database: raw.Database, Relay: raw.Relay, Log: raw.Log.withDefaults(), Admin: raw.Admin, Tracing: raw.Tracing, readOnly: readOnly}
 	if v, ok := env("DATABASE_URL"); ok && v != "" {
 		f.Database.URL = sinks.Secret(v)
 	}
@@ -291,6 +317,46 @@ func parse(data []byte, env func(string) (string, bool)) (*File, error) {
 		}
 	}
 	return f, nil
+}
+
+// pruneForReading removes from the document what LoadReadOnly does not
+// read, before ${VAR}s are expanded: the relay, admin and tracing sections
+// and every key of a sink entry but its name and type.
+func pruneForReading(root *yaml.Node) {
+	if root.Kind != yaml.DocumentNode || len(root.Content) != 1 || root.Content[0].Kind != yaml.MappingNode {
+		return // parse reports what is wrong with the document
+	}
+	top := root.Content[0]
+	kept := top.Content[:0]
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, v := top.Content[i], top.Content[i+1]
+		switch k.Value {
+		case "relay", "admin", "tracing":
+			continue
+		case "sinks":
+			if v.Kind == yaml.SequenceNode {
+				for _, entry := range v.Content {
+					keepKeys(entry, "name", "type")
+				}
+			}
+		}
+		kept = append(kept, k, v)
+	}
+	top.Content = kept
+}
+
+// keepKeys removes from a mapping every key but those named.
+func keepKeys(m *yaml.Node, names ...string) {
+	if m.Kind != yaml.MappingNode {
+		return
+	}
+	kept := m.Content[:0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if slices.Contains(names, m.Content[i].Value) {
+			kept = append(kept, m.Content[i], m.Content[i+1])
+		}
+	}
+	m.Content = kept
 }
 
 func parseYAML(data []byte) (*yaml.Node, error) {
@@ -393,9 +459,12 @@ func (d *decoder) parseSinks(n *yaml.Node) ([]sinkSpec, error) {
 		if !ok {
 			return nil, fieldErr(typ, path+".type", fmt.Sprintf("unknown sink type %s (known: %s)", d.quote(typ), strings.Join(knownSinkTypes(), ", ")))
 		}
-		newSink, err := st(d, rest, fmt.Sprintf("%s (%s)", path, name.Value))
-		if err != nil {
-			return nil, err
+		var newSink newSinkFunc
+		if !d.readOnly {
+			var err error
+			if newSink, err = st(d, rest, fmt.Sprintf("%s (%s)", path, name.Value)); err != nil {
+				return nil, err
+			}
 		}
 		specs = append(specs, sinkSpec{name: name.Value, typ: typ.Value, newSink: newSink})
 	}
@@ -454,7 +523,7 @@ func (d *decoder) parseRoutes(n *yaml.Node, specs []sinkSpec) ([]routeSpec, erro
 				if err := tmpl.Execute(io.Discard, sampleDestination); err != nil && !strings.Contains(err.Error(), "map has no entry for key") {
 					return nil, fieldErr(&tn, dpath, "invalid template (fields are .ID, .Topic, .Key, .Headers): "+err.Error())
 				}
-				target.destination = tmpl
+				target.destination, target.source = tmpl, t.Destination
 			}
 			routes[i].targets = append(routes[i].targets, target)
 		}
@@ -528,6 +597,39 @@ func (f *File) RouteSinks(topic string) []string {
 		}
 	}
 	return nil
+}
+
+// Route describes a route of the file for people (relay config check).
+type Route struct {
+	// Topics are the route's topic patterns.
+	Topics []string
+	// Targets are the route's sinks, in order.
+	Targets []RouteTarget
+}
+
+// RouteTarget is one sink of a Route.
+type RouteTarget struct {
+	// Sink and Type name the sink and its type.
+	Sink, Type string
+	// Destination is the destination template as written; empty means
+	// the event's topic.
+	Destination string
+}
+
+// Routes returns the routes in file order, the first matching applying.
+func (f *File) Routes() []Route {
+	types := map[string]string{}
+	for _, s := range f.sinks {
+		types[s.name] = s.typ
+	}
+	out := make([]Route, len(f.routes))
+	for i, r := range f.routes {
+		out[i].Topics = slices.Clone(r.topics)
+		for _, t := range r.targets {
+			out[i].Targets = append(out[i].Targets, RouteTarget{Sink: t.sink, Type: types[t.sink], Destination: t.source})
+		}
+	}
+	return out
 }
 
 // SinkNames returns the names of the configured sinks, in file order.

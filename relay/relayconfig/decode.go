@@ -69,6 +69,8 @@ type decoder struct {
 	// inlineSecrets are the key paths of the non-empty secrets (sinks.Secret
 	// fields) written in the file itself, in file order.
 	inlineSecrets []string
+	// readOnly skips the sinks' settings (LoadReadOnly).
+	readOnly bool
 }
 
 // decode decodes n into out (settable), strictly: an unknown or repeated key,

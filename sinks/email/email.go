@@ -241,6 +241,21 @@ func isAuthCode(code int) bool {
 	return code == 530 || code == 534 || code == 535 || code == 538 || code == 454
 }
 
+// Check implements sinks.Checker: unless connected, it dials the server,
+// secures the connection, greets it (EHLO) and authenticates as Publish
+// would, and keeps the connection for the next event.
+func (s *Sink) Check(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client != nil {
+		if err := s.client.Noop(); err == nil {
+			return nil
+		}
+		s.drop()
+	}
+	return s.connect(ctx)
+}
+
 // connect dials the server, secures the connection and authenticates. Every
 // failure is sinks.Unavailable: the destination, not an event, is at fault.
 func (s *Sink) connect(ctx context.Context) error {

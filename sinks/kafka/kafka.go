@@ -153,6 +153,55 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 // Name implements sinks.Sink.
 func (s *Sink) Name() string { return s.name }
 
+// Check implements sinks.Checker: it asks the brokers for the cluster's
+// metadata (no topics) with the sink's TLS and SASL settings, so those are
+// checked too.
+func (s *Sink) Check(ctx context.Context) error {
+	_, err := s.metadata(ctx, []string{})
+	return err
+}
+
+// CheckDestinations implements sinks.DestinationChecker: it asks the
+// brokers for the topics' metadata and reports each topic that does not
+// exist (unless allow_auto_topic_creation) or that Kafka refuses.
+func (s *Sink) CheckDestinations(ctx context.Context, topics ...string) error {
+	resp, err := s.metadata(ctx, topics)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range resp.Topics {
+		switch {
+		case t.Error == nil:
+		case errors.Is(t.Error, kafkago.UnknownTopicOrPartition) && s.cfg.AllowAutoTopicCreation:
+		default:
+			errs = append(errs, fmt.Errorf("topic %q: %w", t.Name, t.Error))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// metadata reads the metadata of topics (none: the brokers only) within
+// write_timeout; failures to reach the brokers are sinks.Unavailable.
+func (s *Sink) metadata(ctx context.Context, topics []string) (*kafkago.MetadataResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	// A transport of its own: the writer's answers metadata requests from
+	// its cache, which would miss a topic created since.
+	t := &kafkago.Transport{ClientID: s.transport.ClientID, TLS: s.transport.TLS, SASL: s.transport.SASL}
+	defer t.CloseIdleConnections()
+	c := &kafkago.Client{Addr: kafkago.TCP(s.cfg.Brokers...), Transport: t, Timeout: s.cfg.WriteTimeout}
+	resp, err := c.Metadata(ctx, &kafkago.MetadataRequest{Topics: topics})
+	if err != nil {
+		err = fmt.Errorf("reading metadata from %s: %w", strings.Join(s.cfg.Brokers, ","), err)
+		if isUnavailable(err) || ctx.Err() != nil {
+			return nil, sinks.Unavailable(err)
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
 // Close implements sinks.Sink: it waits for in-flight produce requests and
 // closes the connections. When ctx ends first, Close returns ctx's error and
 // the requests finish in the background.

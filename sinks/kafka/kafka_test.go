@@ -745,3 +745,34 @@ func TestPublishAfterClose(t *testing.T) {
 		t.Fatalf("publish after Close: %v", errs[0])
 	}
 }
+
+// TestCheck: Check reads the cluster's metadata; with nothing listening it
+// fails as unavailable, naming the broker.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newCluster(t)
+	var s sinks.Checker = newSink(t, Config{Brokers: c.ListenAddrs()})
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	createTopic(t, c, "orders", 1, nil)
+	dc := s.(sinks.DestinationChecker)
+	if err := dc.CheckDestinations(ctx, "orders"); err != nil {
+		t.Fatalf("CheckDestinations(orders): %v", err)
+	}
+	if err := dc.CheckDestinations(ctx, "orders", "missing"); err == nil || !strings.Contains(err.Error(), `topic "missing"`) || strings.Contains(err.Error(), `"orders"`) {
+		t.Fatalf("CheckDestinations(orders, missing) = %v, want an error naming only missing", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	err = newSink(t, Config{Brokers: []string{addr}}).Check(ctx)
+	if !sinks.IsUnavailable(err) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("Check with nothing listening = %v, want unavailable naming %s", err, addr)
+	}
+}

@@ -253,6 +253,32 @@ func (s *Sink) connected(ctx context.Context) (*natsgo.Conn, jetstream.JetStream
 	return nc, js, nil
 }
 
+// Check implements sinks.Checker: it connects (once; the connection then
+// reconnects by itself) and, in JetStream mode, asks the server for the
+// account's JetStream information, which fails when JetStream is not
+// enabled for the account. Streams are checked per subject on first
+// publish (check_streams) or with CheckSubjects: destinations come from
+// events.
+func (s *Sink) Check(ctx context.Context) error {
+	_, js, err := s.connected(ctx)
+	if err != nil {
+		return err
+	}
+	if s.cfg.Mode == ModeCore {
+		return nil
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return sinks.Unavailable(fmt.Errorf("JetStream on %s: %w", s.shown, err))
+	}
+	return nil
+}
+
+// CheckDestinations implements sinks.DestinationChecker: it is
+// CheckSubjects.
+func (s *Sink) CheckDestinations(ctx context.Context, subjects ...string) error {
+	return s.CheckSubjects(ctx, subjects...)
+}
+
 // CheckSubjects connects, checks each subject is a destination Publish
 // accepts (a valid subject, not under a reserved prefix that
 // allow_subject_prefixes does not cover) and, in JetStream mode, that a

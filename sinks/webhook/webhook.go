@@ -28,8 +28,14 @@
 // JSON under "payload" (compacted, not HTML-escaped); any other payload is
 // base64 (standard, padded) under "payload_base64" instead: exactly one of
 // the two is present. In the raw format the body is the payload bytes as is,
-// with the event's content type; the key, topic and other headers are not
-// sent.
+// with the event's content type, and every other event header travels as a
+// request header named HeaderPrefix + its name, lowercased
+// ("x-tenant" becomes "herald-header-x-tenant"); the prefix keeps event
+// data from setting Content-Type, the signatures or the static headers. A
+// header whose name is not an HTTP token or whose value holds a control
+// character is not sent. The key and topic are not sent. Like the rest of
+// the headers, these are not covered by the signature, which signs the id,
+// timestamp and body.
 //
 // # Results
 //
@@ -372,6 +378,14 @@ func (s *Sink) send(ctx context.Context, e *sinks.Event, body []byte, contentTyp
 			h[name] = []string{v}
 		}
 	}
+	if s.cfg.Format == FormatRaw {
+		for name, v := range e.Headers {
+			if name == "traceparent" || name == "tracestate" || !validHeaderName(name) || !validHeaderValue(v) {
+				continue
+			}
+			h[HeaderPrefix+strings.ToLower(name)] = []string{v}
+		}
+	}
 	req := (&http.Request{
 		Method:        http.MethodPost,
 		URL:           &u,
@@ -393,6 +407,10 @@ func (s *Sink) send(ctx context.Context, e *sinks.Event, body []byte, contentTyp
 		"status", resp.StatusCode, "duration", time.Since(start))
 	return s.statusError(resp, snippet)
 }
+
+// HeaderPrefix starts the request header that carries an event header in
+// the raw format (the envelope has them in its body).
+const HeaderPrefix = "herald-header-"
 
 // validHeaderValue reports whether v can be sent as a header value.
 func validHeaderValue(v string) bool {

@@ -315,6 +315,49 @@ func TestRawFormatSendsPayloadAsIs(t *testing.T) {
 	}
 }
 
+// TestRawFormatPassesEventHeaders: in the raw format the event's headers,
+// which the envelope carries in its body, arrive as prefixed request
+// headers; they cannot replace the request's own, and names or values HTTP
+// cannot carry are left out.
+func TestRawFormatPassesEventHeaders(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, nil)
+	s := newSink(t, Config{URL: rc.srv.URL, Format: FormatRaw, Headers: map[string]sinks.Secret{"Authorization": "Bearer static"}})
+	e := sinktest.Event("d", "", []byte(`{"n":1}`))
+	e.Headers = map[string]string{
+		"X-Tenant":      "acme",
+		"content-type":  "text/evil",
+		"Authorization": "Bearer from-event",
+		"bad name":      "dropped",
+		"x-newline":     "a\r\nInjected: yes",
+		"traceparent":   "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+	}
+	if err := publish(t, s, e)[0]; err != nil {
+		t.Fatal(err)
+	}
+	h := rc.requests()[0].Header
+	for name, want := range map[string]string{
+		"Herald-Header-X-Tenant":      "acme",
+		"Herald-Header-Content-Type":  "text/evil",
+		"Herald-Header-Authorization": "Bearer from-event",
+		"Content-Type":                "application/json",
+		"Authorization":               "Bearer static",
+		"Traceparent":                 "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"Herald-Header-Traceparent":   "",
+		"Herald-Header-X-Newline":     "",
+		"Injected":                    "",
+	} {
+		if got := h.Get(name); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+	for name := range h {
+		if strings.Contains(strings.ToLower(name), "bad") {
+			t.Errorf("header %q with a name HTTP cannot carry was sent", name)
+		}
+	}
+}
+
 // TestInvalidJSONPayloadIsPermanent covers hostile JSON payloads in the
 // envelope format: broken syntax, and nesting one level past
 // sinks.MaxJSONDepth (PostgreSQL stores it, encoding/json refuses it), whose
