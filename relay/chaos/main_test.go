@@ -40,26 +40,35 @@ func TestMain(m *testing.M) {
 }
 
 // chaosSeed returns the seed of a test's fault schedule: the flag, else
-// CHAOS_SEED, else the test's fixed seed, which keeps the default run (CI)
-// the same from one run to the next. "random" takes one from the clock, for
-// longer runs that explore other schedules.
+// CHAOS_SEED, else the test's fixed seed.
 func chaosSeed(t *testing.T, fixed int64) int64 {
 	t.Helper()
 	s, from := *seedFlag, "-chaos.seed"
 	if s == "" {
 		s, from = os.Getenv("CHAOS_SEED"), "CHAOS_SEED"
 	}
+	seed, err := parseSeed(s, fixed, time.Now())
+	if err != nil {
+		t.Fatalf("%s: %v", from, err)
+	}
+	return seed
+}
+
+// parseSeed reads a seed setting: empty keeps the test's fixed seed, which
+// keeps the default run (CI) the same from one run to the next; "random"
+// takes one from the clock, for longer runs that explore other schedules.
+func parseSeed(s string, fixed int64, now time.Time) (int64, error) {
 	switch s {
 	case "":
-		return fixed
+		return fixed, nil
 	case "random":
-		return time.Now().UnixNano()
+		return now.UnixNano(), nil
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		t.Fatalf("%s=%q: want an integer or \"random\"", from, s)
+		return 0, fmt.Errorf("%q: want an integer or \"random\"", s)
 	}
-	return v
+	return v, nil
 }
 
 // chaosDuration returns how long to inject faults: the flag, else
@@ -69,13 +78,21 @@ func chaosDuration(t *testing.T) time.Duration {
 	if *durationFlag != 0 {
 		return *durationFlag
 	}
-	s := os.Getenv("CHAOS_DURATION")
+	d, err := parseDuration(os.Getenv("CHAOS_DURATION"))
+	if err != nil {
+		t.Fatalf("CHAOS_DURATION: %v", err)
+	}
+	return d
+}
+
+// parseDuration reads a duration setting; empty is zero.
+func parseDuration(s string) (time.Duration, error) {
 	if s == "" {
-		return 0
+		return 0, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		t.Fatalf("CHAOS_DURATION=%q: want a positive duration such as 10m", s)
+		return 0, fmt.Errorf("%q: want a positive duration such as 10m", s)
 	}
-	return d
+	return d, nil
 }
