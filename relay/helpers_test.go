@@ -231,34 +231,15 @@ func (b *testBundle) start(t testing.TB, cfg Config, tune ...func(*Relay)) (stop
 	return stop
 }
 
-// progress counts the relay's claim round trips and its failed deliveries
-// by sink and outcome. A test waits on these to know that the relay went
-// past the point where a bug would have shown, instead of sleeping for a
-// time a loaded machine may not honour.
+// progress counts the relay's claim round trips. A test waits on it to know
+// that the relay went past the point where a bug would have shown, instead
+// of sleeping for a time a loaded machine may not honour.
 type progress struct {
 	NopObserver
 	claims atomic.Int64
-	mu     sync.Mutex
-	failed map[[2]string]int
 }
 
 func (p *progress) Claimed(int, time.Duration) { p.claims.Add(1) }
-
-func (p *progress) Failed(sink, _, outcome string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.failed == nil {
-		p.failed = map[[2]string]int{}
-	}
-	p.failed[[2]string{sink, outcome}]++
-}
-
-// failures is how many deliveries to sink ended with outcome so far.
-func (p *progress) failures(sink, outcome string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.failed[[2]string{sink, outcome}]
-}
 
 // waitClaims waits until the relay has made n more claim round trips than
 // when it was called. With one worker (Config.Workers), each of them
