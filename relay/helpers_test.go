@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,12 +199,16 @@ func (b *testBundle) config(t testing.TB, targets ...sinks.Sink) Config {
 }
 
 // start runs a relay until the test ends (or stop is called) and returns
-// stop, which waits for Run to return.
-func (b *testBundle) start(t testing.TB, cfg Config) (stop func()) {
+// stop, which waits for Run to return. tune, if given, changes the relay
+// before it runs.
+func (b *testBundle) start(t testing.TB, cfg Config, tune ...func(*Relay)) (stop func()) {
 	t.Helper()
 	r, err := New(b.pool, cfg)
 	if err != nil {
 		t.Fatalf("relay.New: %v", err)
+	}
+	for _, f := range tune {
+		f(r)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -226,6 +231,26 @@ func (b *testBundle) start(t testing.TB, cfg Config) (stop func()) {
 	return stop
 }
 
+// progress counts the relay's claim round trips. A test waits on it to know
+// that the relay went past the point where a bug would have shown, instead
+// of sleeping for a time a loaded machine may not honour.
+type progress struct {
+	NopObserver
+	claims atomic.Int64
+}
+
+func (p *progress) Claimed(int, time.Duration) { p.claims.Add(1) }
+
+// waitClaims waits until the relay has made n more claim round trips than
+// when it was called. With one worker (Config.Workers), each of them
+// follows the record of the batch before it, and an idle worker claims
+// queued deliveries every PollInterval.
+func (p *progress) waitClaims(t testing.TB, n int64) {
+	t.Helper()
+	target := p.claims.Load() + n
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d more claims", n), func() bool { return p.claims.Load() >= target })
+}
+
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -245,6 +270,29 @@ func (b *testBundle) count(t testing.TB, where string) int {
 		t.Fatalf("counting rows: %v", err)
 	}
 	return n
+}
+
+// autovacuumOff turns autovacuum off on the test's tables: only the relay
+// vacuums them then, and their dead tuples stay until it does.
+func (b *testBundle) autovacuumOff(t testing.TB) {
+	t.Helper()
+	for _, table := range []string{b.tables.Outbox(), b.tables.Deliveries()} {
+		if _, err := b.pool.Exec(context.Background(), "ALTER TABLE "+table+" SET (autovacuum_enabled = false)"); err != nil {
+			t.Fatalf("turning autovacuum off on %s: %v", table, err)
+		}
+	}
+}
+
+// outboxVacuums returns how many times the outbox was vacuumed by a VACUUM
+// command (on a test's own table, only the relay runs one; autovacuum's are
+// counted apart) and its dead tuples now.
+func (b *testBundle) outboxVacuums(t testing.TB) (vacuums, dead int64) {
+	t.Helper()
+	if err := b.pool.QueryRow(context.Background(), `SELECT vacuum_count, n_dead_tup
+FROM pg_stat_user_tables WHERE relid = to_regclass($1)`, b.tables.Outbox()).Scan(&vacuums, &dead); err != nil {
+		t.Fatalf("reading the outbox's vacuum statistics: %v", err)
+	}
+	return vacuums, dead
 }
 
 func (b *testBundle) countDeliveries(t testing.TB, where string) int {

@@ -45,7 +45,8 @@ func TestPausedSinks(t *testing.T) {
 		t.Fatalf("paused since %v, want after %v", since, before)
 	}
 	// Later failures keep the first pause time.
-	time.Sleep(200 * time.Millisecond)
+	tries := s.publishes()
+	waitFor(t, 10*time.Second, "two more tries of the paused sink", func() bool { return s.publishes() >= tries+2 })
 	if again := r.PausedSinks()["flaky"]; !again.Equal(since) {
 		t.Fatalf("paused since moved from %v to %v", since, again)
 	}

@@ -63,6 +63,9 @@ type Relay struct {
 	recorded    atomic.Int64
 	queued      atomic.Int64
 	vacuumCheck chan struct{}
+	// vacuumEvery spaces the vacuum loop's own looks: maintainEvery. Tests
+	// change it to tell the vacuums it asks for from those of its looks.
+	vacuumEvery time.Duration
 }
 
 type route struct {
@@ -93,6 +96,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		supersededSince: map[*worker]time.Time{},
 		config:          configFingerprint(cfg.Routes),
 		vacuumCheck:     make(chan struct{}, 1),
+		vacuumEvery:     maintainEvery,
 	}
 	if conns, least := pool.Config().MaxConns, PoolSize(cfg.Workers)-1; conns < least {
 		r.log.Warn("relay: the connection pool is smaller than the relay needs; its loops will wait for each other",

@@ -57,7 +57,7 @@ func (r *Relay) askVacuumLoop() {
 
 // vacuumLoop vacuums the outbox and deliveries tables whenever either holds
 // more than vacuumAfterDeadTuples dead tuples, and analyzes either when it
-// has grown (maintainTables), looking every maintainEvery and whenever
+// has grown (maintainTables), looking every vacuumEvery and whenever
 // countRecorded or countQueued asks. Every delivered event leaves a dead tuple
 // that claims walk past until a vacuum removes it: at 10,000 events/s a
 // look every 10 s let 100,000 pile up between vacuums, and the claims of the
@@ -66,7 +66,7 @@ func (r *Relay) askVacuumLoop() {
 // still live then, and looking every 5,000 of them made a 200,000-event
 // drain 25 % slower.
 func (r *Relay) vacuumLoop(ctx context.Context) {
-	tick := time.NewTicker(maintainEvery)
+	tick := time.NewTicker(r.vacuumEvery)
 	defer tick.Stop()
 	s := r.workers[0].store
 	for {

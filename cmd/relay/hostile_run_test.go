@@ -256,7 +256,20 @@ routes:
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	time.Sleep(time.Second) // several pause periods: still no attempt spent
+	// Each sink's events put off (herald_events_deferred_total) more often
+	// than max_attempts (2) would allow if a try of a down sink counted:
+	// still no attempt spent.
+	admin := adminAddress(t, p)
+	for sink, events := range map[string]int{"bus": len(busIDs), "nodns": 1, "badtls": 1} {
+		want := events * (2 + 2)
+		deadline := time.Now().Add(30 * time.Second)
+		for deferred(t, admin, sink) < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("sink %s: %d deliveries put off within 30s, want %d:\n%s", sink, deferred(t, admin, sink), want, p.output())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	check := func(name, id, want string) {
 		t.Helper()
 		s := readRow(t, pool, tables, id)
@@ -319,6 +332,52 @@ routes:
 }
 
 // paused reports whether the log holds a "sink is down" line for sink.
+// adminAddress returns the address the relay's admin server listens on,
+// from its log.
+func adminAddress(t *testing.T, p *process) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, line := range strings.Split(p.output(), "\n") {
+			var rec struct{ Msg, Address string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "admin: listening" && rec.Address != "" {
+				return rec.Address
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no admin: listening line within 20s:\n%s", p.output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// deferred returns the relay's herald_events_deferred_total for sink, over
+// all topics: deliveries put off because the sink was down.
+func deferred(t *testing.T, admin, sink string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatalf("reading /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("reading /metrics: %d %v", resp.StatusCode, err)
+	}
+	var n int
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "herald_events_deferred_total{") || !strings.Contains(line, `sink="`+sink+`"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		n += int(v)
+	}
+	return n
+}
+
 func paused(log, sink string) bool {
 	for _, line := range strings.Split(log, "\n") {
 		if strings.Contains(line, "sink is down") && strings.Contains(line, `"sink":"`+sink+`"`) {

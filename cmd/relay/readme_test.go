@@ -110,7 +110,6 @@ type readmeRun struct {
 
 // skippedPrefixes are README commands not run here, by prefix, with why.
 var skippedPrefixes = map[string]string{
-	"go run ./cmd/relay demo":  "the demo runs for a minute with its own servers; its own tests run it",
 	"go run ./cmd/relay bench": "benchmarks run for minutes; the bench tests run short ones",
 	"relay bench":              "benchmarks run for minutes; the bench tests run short ones",
 	"docker compose":           "no Docker engine here; relay status --config relay.yaml is run instead",

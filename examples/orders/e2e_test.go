@@ -78,7 +78,7 @@ func TestOrdersEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	if err := cluster.CreateTopic("orders", 3, nil); err != nil {
+	if err := cluster.CreateTopic("orders", kafkaPartitions, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -140,14 +140,20 @@ func TestOrdersEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stopRelay := context.WithCancel(ctx)
+	runCtx, cancelRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- r.Run(runCtx) }()
+	var stopOnce sync.Once
+	stopRelay := func() {
+		stopOnce.Do(func() {
+			cancelRelay()
+			if err := <-relayDone; err != nil {
+				t.Errorf("relay: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
 		stopRelay()
-		if err := <-relayDone; err != nil {
-			t.Errorf("relay: %v", err)
-		}
 		if err := built.Close(context.Background()); err != nil {
 			t.Errorf("closing sinks: %v", err)
 		}
@@ -181,7 +187,9 @@ func TestOrdersEndToEnd(t *testing.T) {
 	client := &shop.Client{BaseURL: "http://" + addr}
 
 	// Kafka and NATS readers, collecting as the relay publishes.
-	go readKafka(t, runCtx, cluster.ListenAddrs(), &got)
+	readCtx, stopReading := context.WithCancel(ctx)
+	t.Cleanup(stopReading)
+	go readKafka(t, readCtx, cluster.ListenAddrs(), &got)
 	sub, err := nc.Subscribe(stream.Prefix+".>", func(m *nats.Msg) {
 		got.add("nats", arrival{id: m.Header.Get(natssink.HeaderMsgID), topic: m.Header.Get(natssink.HeaderTopic),
 			key: m.Header.Get(natssink.HeaderKey), dest: m.Subject})
@@ -246,14 +254,47 @@ func TestOrdersEndToEnd(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond) // a second copy would show up now
+	// Every event done and the relay stopped (Run returns once its
+	// publishes have): a marker sent now on each Kafka partition and on
+	// NATS reaches the readers behind anything the relay published, a
+	// second copy included. Webhook and SMTP peers record synchronously.
+	var left int
+	for {
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+tables.Outbox()).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events left in the outbox", left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if paused := r.PausedSinks(); len(paused) != 0 {
+		t.Fatalf("paused sinks: %v", paused)
+	}
+	stopRelay()
+	sendMarkers(t, ctx, cluster.ListenAddrs(), nc, stream.Prefix+".marker")
+	deadline = time.Now().Add(30 * time.Second)
+	for markers(got.get("kafka")) < kafkaPartitions || markers(got.get("nats")) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("markers not read within 30s: kafka %d of %d, nats %d of 1", markers(got.get("kafka")), kafkaPartitions, markers(got.get("nats")))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	byID := map[string]*shop.Order{}
 	for _, o := range orders {
 		byID[o.ID] = o
 	}
 	for sink := range want {
-		arrivals := got.get(sink)
+		var arrivals []arrival
+		for _, a := range got.get(sink) {
+			if a.id != markerID {
+				arrivals = append(arrivals, a)
+			}
+		}
 		if len(arrivals) != 2*n {
 			t.Fatalf("%s received %d events, want %d", sink, len(arrivals), 2*n)
 		}
@@ -326,24 +367,45 @@ func TestOrdersEndToEnd(t *testing.T) {
 	if !checkedEscaping {
 		t.Fatal("no email had a name needing HTML escaping")
 	}
+}
 
-	// Everything delivered: the outbox is empty (retention 0).
-	var left int
-	for time.Now().Before(deadline) {
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+tables.Outbox()).Scan(&left); err != nil {
-			t.Fatal(err)
+// markerID is the event id of the markers sendMarkers sends.
+const markerID = "marker"
+
+// kafkaPartitions is the orders topic's partition count.
+const kafkaPartitions = 3
+
+// sendMarkers sends a marker record to every partition of the orders topic
+// and a marker message to natsSubject.
+func sendMarkers(t *testing.T, ctx context.Context, brokers []string, nc *nats.Conn, natsSubject string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for p := range int32(kafkaPartitions) {
+		rec := &kgo.Record{Topic: "orders", Partition: p, Headers: []kgo.RecordHeader{{Key: "herald-id", Value: []byte(markerID)}}}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatalf("sending the Kafka marker to partition %d: %v", p, err)
 		}
-		if left == 0 {
-			break
+	}
+	msg := nats.NewMsg(natsSubject)
+	msg.Header.Set(natssink.HeaderMsgID, markerID)
+	if err := nc.PublishMsg(msg); err != nil {
+		t.Fatalf("sending the NATS marker: %v", err)
+	}
+}
+
+// markers counts the markers among arrivals.
+func markers(arrivals []arrival) int {
+	n := 0
+	for _, a := range arrivals {
+		if a.id == markerID {
+			n++
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	if left != 0 {
-		t.Fatalf("%d events left in the outbox", left)
-	}
-	if paused := r.PausedSinks(); len(paused) != 0 {
-		t.Fatalf("paused sinks: %v", paused)
-	}
+	return n
 }
 
 // readKafka consumes the orders topic from the start until ctx ends.

@@ -1,6 +1,7 @@
 // Package pgtest gives tests a real PostgreSQL: a pool on DATABASE_URL (default
-// the local server's "test" database) and a fresh, migrated schema per test,
-// dropped when the test ends. Under CI=true a missing server fails the test;
+// the local server's "test" database, created when the server answers
+// without it) and a fresh, migrated schema per test, dropped when the test
+// ends. Under CI=true a missing server fails the test;
 // elsewhere a PostgreSQL container is started when a Docker engine answers,
 // and otherwise the test is skipped with a message saying what to start.
 package pgtest
@@ -9,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
@@ -54,6 +57,12 @@ func resolveURL() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
+	if missingDatabase(err) {
+		if cerr := createDatabase(ctx, url); cerr != nil {
+			return "", fmt.Errorf("%v; and creating it failed: %w", err, cerr)
+		}
+		conn, err = pgx.Connect(ctx, url)
+	}
 	if err == nil {
 		conn.Close(ctx)
 		return url, nil
@@ -72,6 +81,40 @@ func resolveURL() (string, error) {
 		return "", fmt.Errorf("%v; and starting a container failed: %w", err, cerr)
 	}
 	return ctr.ConnectionString(context.Background(), "sslmode=disable")
+}
+
+// missingDatabase reports whether a server answered that the database does
+// not exist.
+func missingDatabase(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "3D000" // invalid_catalog_name
+}
+
+// createDatabase creates the database url names, through the server's
+// postgres database. Test binaries run in parallel may race to create it:
+// one that finds it created already is done.
+func createDatabase(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("parsing database URL: %w", err)
+	}
+	name := cfg.Database
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connecting to the postgres database: %w", err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	// duplicate_database, or unique_violation when two got past its check.
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating database %s: %w", name, err)
+	}
+	return nil
 }
 
 // Pool returns a pool on URL(t), closed when the test ends.

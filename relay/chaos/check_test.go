@@ -112,7 +112,7 @@ func (e *env) natsDeliveries() []delivered {
 
 // check compares the outbox table and both sinks with what was committed,
 // and prints the figures.
-func (e *env) check(db *pgxpool.Pool, prod *producer, unknownFound int, faultsEnd time.Time, drained time.Duration, seed int64, duration time.Duration) {
+func (e *env) check(db *pgxpool.Pool, prod *producer, unknownFound int, start, faultsEnd time.Time, drained time.Duration, seed int64, length string) {
 	t := e.t
 	ctx := context.Background()
 	prod.mu.Lock()
@@ -201,7 +201,7 @@ FROM outbox`).Scan(&pending, &done, &total, &queued); err != nil {
 
 	// The figures.
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos figures (seed %d, faults for %s, drained %s after the faults ended):\n", seed, duration, drained.Round(time.Millisecond))
+	fmt.Fprintf(&b, "chaos figures (seed %d, %s, drained %s after the faults ended):\n", seed, length, drained.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  producer: %d transactions, %d failed (%d commits with unknown outcome: %d of their events found committed)\n",
 		txs, failedTxs, unknown, unknownFound)
 	fmt.Fprintf(&b, "  events committed: %d (%d routed to both sinks, %d poison for the webhook only)\n", len(committed), len(wantEvents), len(wantPoison))
@@ -221,7 +221,7 @@ FROM outbox`).Scan(&pending, &done, &total, &queued); err != nil {
 		fmt.Fprintf(&b, "  fault %-34s x%d\n", k, e.faults[k])
 		totalFaults += e.faults[k]
 	}
-	fmt.Fprintf(&b, "  faults injected: %d; wall time %s", totalFaults, time.Since(faultsEnd.Add(-duration)).Round(time.Second))
+	fmt.Fprintf(&b, "  faults injected: %d; wall time %s", totalFaults, time.Since(start).Round(time.Second))
 	t.Log(b.String())
 }
 

@@ -7,10 +7,13 @@
 //
 // The suite runs against a throwaway PostgreSQL cluster (initdb into a
 // temporary directory, on a free port) and an in-process NATS server, so its
-// restarts disturb no other test. Run it with
+// restarts disturb no other test. The default run, part of the README's
+// test command and so of CI, injects a fixed number of faults from a fixed
+// seed per test, printed at the start. Longer runs explore other schedules:
 //
-//	go test -v ./relay/chaos/ [-chaos.seed N] [-chaos.duration 10m]
+//	CHAOS_SEED=random CHAOS_DURATION=10m go test -v ./relay/chaos/
 //
-// The seed drives the fault schedule; it is printed at the start and on
-// failure (CHAOS_SEED in the environment sets it too).
+// CHAOS_SEED=N (or -chaos.seed N) replays the schedule of seed N, which is
+// printed at the start and on failure; CHAOS_DURATION (or -chaos.duration)
+// injects faults for that long instead of the fixed number.
 package chaos

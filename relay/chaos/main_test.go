@@ -12,8 +12,8 @@ import (
 )
 
 var (
-	seedFlag     = flag.Int64("chaos.seed", 0, "seed of the fault schedule (0: CHAOS_SEED, else random)")
-	durationFlag = flag.Duration("chaos.duration", 45*time.Second, "how long faults are injected in the main chaos test")
+	seedFlag     = flag.String("chaos.seed", "", "seed of the fault schedule: an integer, or \"random\" for one from the clock (default: CHAOS_SEED, else each test's fixed seed)")
+	durationFlag = flag.Duration("chaos.duration", 0, "inject faults for this long instead of each test's fixed number of faults (default: CHAOS_DURATION)")
 )
 
 // relayBin is the relay binary, built once in TestMain.
@@ -39,18 +39,60 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// chaosSeed returns the seed: the flag, then CHAOS_SEED, then the clock.
-func chaosSeed(t *testing.T) int64 {
+// chaosSeed returns the seed of a test's fault schedule: the flag, else
+// CHAOS_SEED, else the test's fixed seed.
+func chaosSeed(t *testing.T, fixed int64) int64 {
 	t.Helper()
-	if *seedFlag != 0 {
-		return *seedFlag
+	s, from := *seedFlag, "-chaos.seed"
+	if s == "" {
+		s, from = os.Getenv("CHAOS_SEED"), "CHAOS_SEED"
 	}
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatalf("CHAOS_SEED=%q is not an integer", s)
-		}
-		return v
+	seed, err := parseSeed(s, fixed, time.Now())
+	if err != nil {
+		t.Fatalf("%s: %v", from, err)
 	}
-	return time.Now().UnixNano()
+	return seed
+}
+
+// parseSeed reads a seed setting: empty keeps the test's fixed seed, which
+// keeps the default run (CI) the same from one run to the next; "random"
+// takes one from the clock, for longer runs that explore other schedules.
+func parseSeed(s string, fixed int64, now time.Time) (int64, error) {
+	switch s {
+	case "":
+		return fixed, nil
+	case "random":
+		return now.UnixNano(), nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want an integer or \"random\"", s)
+	}
+	return v, nil
+}
+
+// chaosDuration returns how long to inject faults: the flag, else
+// CHAOS_DURATION; zero means each test's fixed number of faults.
+func chaosDuration(t *testing.T) time.Duration {
+	t.Helper()
+	if *durationFlag != 0 {
+		return *durationFlag
+	}
+	d, err := parseDuration(os.Getenv("CHAOS_DURATION"))
+	if err != nil {
+		t.Fatalf("CHAOS_DURATION: %v", err)
+	}
+	return d
+}
+
+// parseDuration reads a duration setting; empty is zero.
+func parseDuration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q: want a positive duration such as 10m", s)
+	}
+	return d, nil
 }

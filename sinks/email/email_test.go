@@ -468,7 +468,14 @@ func TestReconnectsAfterServerClosedIdleConnection(t *testing.T) {
 	ts := startServer(t, serverOpts{readTimeout: 100 * time.Millisecond})
 	s := newSink(t, config(ts), nil)
 	requireOK(t, publish(t, s, sinktest.Event("orders.idle", "", order("a@example.com", nil))))
-	time.Sleep(400 * time.Millisecond) // the server drops the idle connection
+	// The server drops the idle connection.
+	deadline := time.Now().Add(10 * time.Second)
+	for ts.endedCount() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not close the idle connection within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	requireOK(t, publish(t, s, sinktest.Event("orders.idle", "", order("b@example.com", nil))))
 	if len(ts.messages()) != 2 || ts.sessionCount() != 2 {
 		t.Fatalf("%d messages over %d sessions, want 2 over 2", len(ts.messages()), ts.sessionCount())

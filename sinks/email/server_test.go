@@ -69,6 +69,7 @@ type testServer struct {
 	mu       sync.Mutex
 	msgs     []received
 	sessions int
+	ended    int // sessions whose connection closed
 }
 
 func startServer(t *testing.T, opts serverOpts) *testServer {
@@ -118,6 +119,13 @@ func (ts *testServer) sessionCount() int {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	return ts.sessions
+}
+
+// endedCount is how many sessions' connections have closed.
+func (ts *testServer) endedCount() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.ended
 }
 
 type session struct {
@@ -196,7 +204,12 @@ func (s *session) Data(r io.Reader) error {
 
 func (s *session) Reset() { s.from, s.to = "", nil }
 
-func (s *session) Logout() error { return nil }
+func (s *session) Logout() error {
+	s.ts.mu.Lock()
+	s.ts.ended++
+	s.ts.mu.Unlock()
+	return nil
+}
 
 // selfSignedCert returns a server TLS config for 127.0.0.1 and the path of
 // a PEM file trusting it.

@@ -130,8 +130,10 @@ func TestDemoStartsPostgresWhenNoneAnswers(t *testing.T) {
 	if !s.Container || !strings.Contains(progress.String(), "started PostgreSQL in a container") {
 		t.Fatalf("the demo did not say it started PostgreSQL:\n%s", progress.String())
 	}
-	// RejectEvery 10 refuses orders 7 and 17; no outage, so nothing retried.
-	if s.OrdersPaid != 20 || s.DeadLettered != 2 || s.Replayed != 2 || s.Retried != 0 {
+	// RejectEvery 10 refuses orders 7 and 17; no outage, so the webhook never
+	// answered 503. (A loaded machine may still time a delivery out and
+	// retry it: retries are no measure of the outage.)
+	if s.OrdersPaid != 20 || s.DeadLettered != 2 || s.Replayed != 2 || s.WebhookUnavailable != 0 {
 		t.Fatalf("summary: %+v", s)
 	}
 	if err := s.Check(); err != nil {
