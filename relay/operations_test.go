@@ -159,6 +159,8 @@ func TestPublishSpans(t *testing.T) {
 	}
 	b.start(t, cfg)
 	waitFor(t, 10*time.Second, "both delivered", func() bool { return len(hs.got()) == 2 })
+	// A span ends after Publish returns, so after the sink has the event.
+	waitFor(t, 10*time.Second, "both spans ended", func() bool { return len(exp.GetSpans()) >= 2 })
 	spans := exp.GetSpans()
 	if len(spans) != 2 {
 		t.Fatalf("%d spans, want 2", len(spans))

@@ -521,7 +521,10 @@ func (b *batch) publishJetStream(ctx context.Context, nc *natsgo.Conn, js jetstr
 				continue
 			}
 		}
-		ack, err := js.PublishMsgAsync(msg)
+		// Concurrent calls share the connection's MaxPending window, so a
+		// call can find it full of others' messages: wait for room as
+		// long as for an ack, not nats.go's default 200 ms.
+		ack, err := js.PublishMsgAsync(msg, jetstream.WithStallWait(s.cfg.AckTimeout))
 		if err != nil {
 			err = classify(err)
 			if sinks.IsUnavailable(err) {
