@@ -40,3 +40,38 @@ func TestApplicationDependencies(t *testing.T) {
 		}
 	}
 }
+
+// TestApplicationTidyNeedsNoRelayWorld covers what `go mod tidy` in an
+// application that imports outbox loads besides outbox itself: outbox's own
+// tests. Through migrations/pgtest's Docker fallback they once put
+// testcontainers and 40 modules of Docker client into every such
+// application's go.sum; the fallback now lives in pgtest/pgcontainer, which
+// outbox's tests do not import.
+func TestApplicationTidyNeedsNoRelayWorld(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-test", "-f", "{{with .Module}}{{.Path}}{{end}}|{{.ImportPath}}",
+		"github.com/heraldhq/herald/outbox").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	forbidden := []string{
+		"github.com/testcontainers", "github.com/docker", "github.com/moby", "github.com/containerd",
+		"github.com/nats-io", "github.com/segmentio", "github.com/twmb", "github.com/spf13",
+		"github.com/prometheus", "github.com/emersion",
+	}
+	var found []string
+	for line := range strings.Lines(strings.TrimSpace(string(out))) {
+		module, pkg, _ := strings.Cut(strings.TrimSpace(line), "|")
+		for _, f := range forbidden {
+			if module == f || strings.HasPrefix(module, f+"/") {
+				found = append(found, pkg)
+			}
+		}
+		if pkg == "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" {
+			found = append(found, pkg)
+		}
+	}
+	if len(found) > 0 {
+		t.Fatalf("outbox's tests, which an application's go mod tidy loads, import %d packages of the relay's or the tests' world:\n  %s",
+			len(found), strings.Join(slices.Compact(found), "\n  "))
+	}
+}

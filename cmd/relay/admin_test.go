@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/migrations/pgtest"
+	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 )
 
 // TestRunOperations runs a relay with a webhook secret, a database password

@@ -24,6 +24,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/migrations/pgtest"
+	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/webhook"
 )

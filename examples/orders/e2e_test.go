@@ -23,6 +23,7 @@ import (
 
 	"github.com/heraldhq/herald/examples/orders/shop"
 	"github.com/heraldhq/herald/migrations/pgtest"
+	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/relayconfig"
 	"github.com/heraldhq/herald/sinks/email/smtptest"

@@ -20,6 +20,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/relaybench"
 	"github.com/heraldhq/herald/migrations/pgtest"
+	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/sinks/nats/natstest"
 )
 

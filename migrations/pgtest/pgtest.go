@@ -1,9 +1,15 @@
 // Package pgtest gives tests a real PostgreSQL: a pool on DATABASE_URL (default
 // the local server's "test" database, created when the server answers
 // without it) and a fresh, migrated schema per test, dropped when the test
-// ends. Under CI=true a missing server fails the test;
-// elsewhere a PostgreSQL container is started when a Docker engine answers,
-// and otherwise the test is skipped with a message saying what to start.
+// ends. Under CI=true a missing server fails the test; elsewhere the
+// fallback starts one when a test package has set it (by importing
+// pgtest/pgcontainer, which starts a container when a Docker engine
+// answers), and otherwise the test is skipped with a message saying what to
+// start.
+//
+// The fallback is a separate package so that outbox's tests, which an
+// application's `go mod tidy` loads, do not pull the Docker client into
+// every application's go.sum.
 package pgtest
 
 import (
@@ -20,8 +26,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/heraldhq/herald/migrations"
 )
@@ -33,7 +37,15 @@ var (
 	urlOnce  sync.Once
 	urlValue string
 	urlErr   error
+	fallback func(context.Context) (string, error)
 )
+
+// SetFallback sets what starts a throwaway server when none answers at
+// DATABASE_URL outside CI: start returns its URL. Call it from an init
+// function, before any test asks for a URL.
+func SetFallback(start func(context.Context) (string, error)) {
+	fallback = start
+}
 
 // URL returns a reachable database URL, or ends the test as described in the
 // package comment.
@@ -70,17 +82,14 @@ func resolveURL() (string, error) {
 	if os.Getenv("CI") == "true" {
 		return "", err
 	}
-	// No server answered: try a throwaway container if Docker is there.
-	if _, derr := testcontainers.NewDockerClientWithOpts(ctx); derr != nil {
+	if fallback == nil {
 		return "", err
 	}
-	ctr, cerr := tcpostgres.Run(context.Background(), "postgres:17-alpine",
-		tcpostgres.WithDatabase("test"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
-		tcpostgres.BasicWaitStrategies())
-	if cerr != nil {
-		return "", fmt.Errorf("%v; and starting a container failed: %w", err, cerr)
+	url, ferr := fallback(context.Background())
+	if ferr != nil {
+		return "", fmt.Errorf("%v; and the fallback found no server: %w", err, ferr)
 	}
-	return ctr.ConnectionString(context.Background(), "sslmode=disable")
+	return url, nil
 }
 
 // missingDatabase reports whether a server answered that the database does

@@ -21,6 +21,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/migrations/pgtest"
+	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/admin"
 	"github.com/heraldhq/herald/relay/deadletter"

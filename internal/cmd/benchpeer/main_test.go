@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/relaybench"
 	"github.com/heraldhq/herald/migrations/pgtest"
+	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 )
 
 // TestBenchAgainstPeers starts both peers on free ports, reads the bench

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/examples/orders/internal/demo"
 	"github.com/heraldhq/herald/migrations/pgtest"
+	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 )
 
 // checkSummary checks the numbers of a short run of n orders.
