@@ -11,7 +11,7 @@
 // test command and so of CI, injects a fixed number of faults from a fixed
 // seed per test, printed at the start. Longer runs explore other schedules:
 //
-//	CHAOS_SEED=random CHAOS_DURATION=10m go test -v ./relay/chaos/
+//	CHAOS_SEED=random CHAOS_DURATION=10m go test -v ./internal/chaos/
 //
 // CHAOS_SEED=N (or -chaos.seed N) replays the schedule of seed N, which is
 // printed at the start and on failure; CHAOS_DURATION (or -chaos.duration)
