@@ -588,13 +588,17 @@ func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.insert(t, ev{topic: "t", key: "k"})
-	time.Sleep(time.Until(renewed.Add(lease*2/3 - 50*time.Millisecond)))
+	latestClaim := renewed.Add(lease*2/3 - 50*time.Millisecond)
+	time.Sleep(time.Until(latestClaim))
 	rows, _, err := old.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("old relay claimed %d rows: %v", len(rows), err)
 	}
+	// The publish lands counted from the latest moment a relay may claim,
+	// not from when this claim returned: on a loaded machine the claim can
+	// return later than a relay would have made it.
 	landed := make(chan struct{})
-	time.AfterFunc(lease-300*time.Millisecond, func() {
+	time.AfterFunc(time.Until(latestClaim.Add(lease-300*time.Millisecond)), func() {
 		b.rec.mu.Lock()
 		b.rec.got = append(b.rec.got, received{sink: "mem", id: rows[0].id, key: "k", seq: rows[0].seq, at: time.Now()})
 		b.rec.mu.Unlock()
