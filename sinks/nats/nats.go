@@ -76,7 +76,8 @@
 //     invalid subject or header name, to a reserved subject (see above):
 //     permanent.
 //   - no stream covers the subject (lookup found none, or "nats: no response
-//     from stream"): retryable, wrapping ErrNoStream; see ErrNoStream.
+//     from stream"): sinks.Unavailable wrapping ErrNoStream, naming the
+//     subject; see ErrNoStream.
 //   - no PubAck within ack_timeout: retryable (the message may have been
 //     stored; the Nats-Msg-Id dedupe makes the retry safe).
 //   - any other JetStream error for a message: retryable, on that event only.
@@ -322,7 +323,8 @@ func (s *Sink) checkStream(ctx context.Context, js jetstream.JetStream, subject 
 	}
 	name, err := js.StreamNameBySubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("subject %q: %w (create a stream whose subjects include it, or set check_streams: false or mode: core)", subject, ErrNoStream)
+		return sinks.Unavailable(fmt.Errorf("subject %q: %w: create a stream whose subjects include it "+
+			"(nats stream add NAME --subjects %q), or publish it with mode: core", subject, ErrNoStream, subject))
 	}
 	if err != nil {
 		return classify(fmt.Errorf("looking up the stream of subject %q: %w", subject, err))
