@@ -201,7 +201,9 @@ func TestCloudEventsConfig(t *testing.T) {
 		{func(c *Config) { c.Format = FormatCloudEvents }, "cloudevents.source: required"},
 		{func(c *Config) { c.CloudEvents.Source = "/s" }, "cloudevents: set, but format is not cloudevents"},
 		{func(c *Config) { c.Format = "avro" }, `format: "avro" must be herald or cloudevents`},
-		{func(c *Config) { c.Format, c.CloudEvents = FormatCloudEvents, cloudevents.Config{Source: "/s", Mode: "x"} }, `cloudevents.mode: "x"`},
+		{func(c *Config) {
+			c.Format, c.CloudEvents = FormatCloudEvents, cloudevents.Config{Source: "/s", Mode: "x"}
+		}, `cloudevents.mode: "x"`},
 	} {
 		cfg := base
 		tc.edit(&cfg)
