@@ -16,6 +16,16 @@
 // NATS cannot carry, or that starts with "Nats-" (JetStream acts on those:
 // Nats-Rollup purges a stream), fails the event permanently.
 //
+// With format: cloudevents the message is a CloudEvent per the CloudEvents
+// NATS protocol binding (package cloudevents gives the attributes), still
+// with Nats-Msg-Id. In the binary mode (cloudevents.mode: binary, the
+// default) the payload is the event's, and every attribute is a ce- header
+// with a percent-encoded value, datacontenttype included (ce-specversion,
+// ce-id, ce-source, ce-type, ce-subject, ce-time, ce-datacontenttype, and
+// the extensions: ce-traceparent, ce-tracestate, ce-<header> for event
+// headers with [a-z0-9] names). In the structured mode the payload is the
+// JSON event format and Content-Type is application/cloudevents+json.
+//
 // # Delivery
 //
 // In JetStream mode (mode: jetstream) Publish sends the whole batch with
@@ -280,6 +290,14 @@ func (s *Sink) CheckDestinations(ctx context.Context, subjects ...string) error 
 	return s.CheckSubjects(ctx, subjects...)
 }
 
+// encode builds the message for e in the configured format.
+func (s *Sink) encode(e sinks.Event, maxPayload int64) (*natsgo.Msg, error) {
+	if s.cfg.Format == FormatCloudEvents {
+		return encodeCloudEvent(e, s.cfg.CloudEvents, maxPayload, s.cfg.AllowSubjectPrefixes)
+	}
+	return encode(e, maxPayload, s.cfg.AllowSubjectPrefixes)
+}
+
 // CheckSubjects connects, checks each subject is a destination Publish
 // accepts (a valid subject, not under a reserved prefix that
 // allow_subject_prefixes does not cover) and, in JetStream mode, that a
@@ -438,7 +456,7 @@ func (b *batch) publishCore(ctx context.Context, nc *natsgo.Conn) {
 		if b.blocked(i) {
 			continue
 		}
-		msg, err := encode(e, maxPayload, b.sink.cfg.AllowSubjectPrefixes)
+		msg, err := b.sink.encode(e, maxPayload)
 		if err != nil {
 			b.fail(i, err)
 			continue
@@ -501,7 +519,7 @@ func (b *batch) publishJetStream(ctx context.Context, nc *natsgo.Conn, js jetstr
 		if b.blocked(i) {
 			continue
 		}
-		msg, err := encode(e, maxPayload, b.sink.cfg.AllowSubjectPrefixes)
+		msg, err := b.sink.encode(e, maxPayload)
 		if err != nil {
 			b.fail(i, err)
 			continue
