@@ -38,6 +38,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -192,18 +193,8 @@ func Attributes(e sinks.Event, source string) []Attribute {
 			attrs = append(attrs, Attribute{name, v})
 		}
 	}
-	ext := attrs[start:]
-	sortAttributes(ext)
+	slices.SortFunc(attrs[start:], func(a, b Attribute) int { return strings.Compare(a.Name, b.Name) })
 	return attrs
-}
-
-// sortAttributes sorts a by name (insertion sort: extensions are few).
-func sortAttributes(a []Attribute) {
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j].Name < a[j-1].Name; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
-	}
 }
 
 // validExtensionName reports whether name can be an extension attribute:
@@ -272,25 +263,29 @@ func Structured(e sinks.Event, source string) ([]byte, error) {
 // are.
 func PercentEncode(v string) string {
 	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c > ' ' && c <= '~' && c != '"' && c != '%' {
-			if b.Len() > 0 {
-				b.WriteByte(c)
-			}
-			continue
-		}
-		if b.Len() == 0 {
-			b.Grow(len(v) + 8)
-			b.WriteString(v[:i])
-		}
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&0xf])
-	}
-	if b.Len() == 0 {
+	i := strings.IndexFunc(v, needsEncoding)
+	if i < 0 {
 		return v
 	}
+	var b strings.Builder
+	b.Grow(len(v) + 8)
+	b.WriteString(v[:i])
+	// Byte by byte: a character outside ASCII is encoded as its UTF-8
+	// bytes, each of which needs encoding.
+	for ; i < len(v); i++ {
+		if c := v[i]; c < utf8.RuneSelf && !needsEncoding(rune(c)) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[v[i]>>4])
+		b.WriteByte(hex[v[i]&0xf])
+	}
 	return b.String()
+}
+
+// needsEncoding reports whether r must be percent-encoded: space, double
+// quote, percent, or outside printable ASCII (U+0021-U+007E).
+func needsEncoding(r rune) bool {
+	return r <= ' ' || r > '~' || r == '"' || r == '%'
 }
