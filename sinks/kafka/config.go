@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
 )
 
 // Defaults applied by New to zero fields of Config.
@@ -26,6 +27,19 @@ const (
 	DefaultWriteTimeout    = 10 * time.Second
 	DefaultMaxAttempts     = 3
 	DefaultMaxMessageBytes = 1 << 20
+)
+
+// Format is how an event becomes a record.
+type Format string
+
+const (
+	// FormatHerald is the record described in the package documentation:
+	// the payload as the value, herald-id, herald-topic, content-type and
+	// the event's headers. The default.
+	FormatHerald Format = "herald"
+	// FormatCloudEvents is a CloudEvent per the CloudEvents Kafka protocol
+	// binding, in the content mode cloudevents.mode selects.
+	FormatCloudEvents Format = "cloudevents"
 )
 
 // Config is the configuration of a Kafka sink: everything under the sink's
@@ -85,6 +99,12 @@ type Config struct {
 	// from event data, and Kafka's own topics are not a place for events.
 	// Defaults to none.
 	AllowTopicPrefixes []string `yaml:"allow_topic_prefixes"`
+	// Format is herald or cloudevents. Defaults to herald.
+	Format Format `yaml:"format"`
+	// CloudEvents sets the CloudEvents source and content mode; source is
+	// required when Format is cloudevents, and the block is refused with
+	// any other format.
+	CloudEvents cloudevents.Config `yaml:"cloudevents"`
 }
 
 // Kafka's rules for topic names (kafka.common.internals.Topic).
@@ -213,6 +233,18 @@ func (c Config) Validate() error {
 		} else if err := checkTopicName(p); err != nil {
 			errs = append(errs, fmt.Errorf("allow_topic_prefixes[%d]: %w", i, err))
 		}
+	}
+	switch c.Format {
+	case "", FormatHerald:
+		if c.CloudEvents != (cloudevents.Config{}) {
+			errs = append(errs, errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)"))
+		}
+	case FormatCloudEvents:
+		if err := c.CloudEvents.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	default:
+		errs = append(errs, fmt.Errorf("format: %q must be herald or cloudevents", c.Format))
 	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		errs = append(errs, err)

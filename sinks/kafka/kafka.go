@@ -14,6 +14,17 @@
 // followed by every event header, sorted by name. An event header named like
 // one of the three above is dropped: Herald's value wins.
 //
+// With format: cloudevents the record is a CloudEvent per the CloudEvents
+// Kafka protocol binding (package cloudevents gives the attributes), with
+// the same key, topic and timestamp. In the binary mode (cloudevents.mode:
+// binary, the default) the value is the payload, content-type is
+// datacontenttype, and every other attribute is a ce_ header (ce_specversion,
+// ce_id, ce_source, ce_type, ce_subject, ce_time, and the extensions:
+// ce_traceparent, ce_tracestate, ce_<header> for event headers with [a-z0-9]
+// names); consumers dedupe on ce_id. In the structured mode the value is
+// the JSON event format and the only header is content-type:
+// application/cloudevents+json; charset=UTF-8.
+//
 // # Partitioning and order
 //
 // Keyed events are mapped to a partition by the configured balancer, murmur2
@@ -85,6 +96,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
 )
 
 // Header names Herald sets on every record.
@@ -283,7 +295,14 @@ func (s *Sink) fill(r *round, events []sinks.Event, start int, errs []error, fai
 			}
 			continue
 		}
-		m := encode(*e)
+		m, err := s.encode(*e)
+		if err != nil {
+			errs[i] = wrap(*e, err)
+			if e.Key != "" {
+				failed[e.Key] = true
+			}
+			continue
+		}
 		size := messageSize(&m)
 		if size > s.cfg.MaxMessageBytes {
 			errs[i] = fmt.Errorf("publishing to kafka topic %q (max_message_bytes): %w",
@@ -480,8 +499,50 @@ func isUnavailable(err error) bool {
 	return false
 }
 
-// encode turns an event into the record Publish sends (see the package
-// documentation). The key and the header values share one allocation.
+// encode turns an event into the record Publish sends, in the configured
+// format.
+func (s *Sink) encode(e sinks.Event) (kafkago.Message, error) {
+	if s.cfg.Format == FormatCloudEvents {
+		return encodeCloudEvent(e, s.cfg.CloudEvents)
+	}
+	return encode(e), nil
+}
+
+// encodeCloudEvent turns an event into a CloudEvents record: the key is the
+// event's key ("Every implementation MUST, by default, map the user
+// provided record key to the Kafka record key", kafka-protocol-binding.md
+// 3.1); in the binary mode the value is the payload and the attributes are
+// ce_ headers with datacontenttype as content-type (3.2), in the structured
+// mode the value is the JSON event format and content-type says so (3.3).
+func encodeCloudEvent(e sinks.Event, ce cloudevents.Config) (kafkago.Message, error) {
+	m := kafkago.Message{Topic: e.Destination, Time: e.CreatedAt}
+	if e.Key != "" {
+		m.Key = []byte(e.Key)
+	}
+	if m.Time.IsZero() {
+		m.Time = time.Now()
+	}
+	if ce.Structured() {
+		body, err := cloudevents.Structured(e, ce.Source)
+		if err != nil {
+			return m, err
+		}
+		m.Value = body
+		m.Headers = []kafkago.Header{{Key: HeaderContentType, Value: []byte(cloudevents.MediaTypeKafka)}}
+		return m, nil
+	}
+	m.Value = e.Payload
+	attrs := cloudevents.Kafka.Headers(cloudevents.Attributes(e, ce.Source))
+	m.Headers = make([]kafkago.Header, len(attrs))
+	for i, a := range attrs {
+		m.Headers[i] = kafkago.Header{Key: a.Name, Value: []byte(a.Value)}
+	}
+	return m, nil
+}
+
+// encode turns an event into the record of the herald format (see the
+// package documentation). The key and the header values share one
+// allocation.
 func encode(e sinks.Event) kafkago.Message {
 	n := len(e.Key) + len(e.ID) + len(e.Topic) + len(e.ContentType)
 	for _, v := range e.Headers {

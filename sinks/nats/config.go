@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
 )
 
 // Mode selects how the sink publishes.
@@ -23,6 +24,19 @@ const (
 	// says a subscriber or stream received them. Weaker: use it only for
 	// subjects where losing a message is acceptable.
 	ModeCore Mode = "core"
+)
+
+// Format is how an event becomes a message.
+type Format string
+
+const (
+	// FormatHerald is the message described in the package documentation:
+	// the payload, Nats-Msg-Id, Herald-Topic, Herald-Key, Content-Type and
+	// the event's headers. The default.
+	FormatHerald Format = "herald"
+	// FormatCloudEvents is a CloudEvent per the CloudEvents NATS protocol
+	// binding, in the content mode cloudevents.mode selects.
+	FormatCloudEvents Format = "cloudevents"
 )
 
 // Defaults of the optional settings.
@@ -76,6 +90,12 @@ type Config struct {
 	// Each entry must start with one of those prefixes and end with a dot.
 	// Defaults to none.
 	AllowSubjectPrefixes []string `yaml:"allow_subject_prefixes"`
+	// Format is herald or cloudevents. Defaults to herald.
+	Format Format `yaml:"format"`
+	// CloudEvents sets the CloudEvents source and content mode; source is
+	// required when Format is cloudevents, and the block is refused with
+	// any other format.
+	CloudEvents cloudevents.Config `yaml:"cloudevents"`
 }
 
 // reservedPrefixes start the subjects the NATS server or its clients act on
@@ -160,6 +180,18 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPending < 0 {
 		return fmt.Errorf("max_pending: %d must not be negative", c.MaxPending)
+	}
+	switch c.Format {
+	case "", FormatHerald:
+		if c.CloudEvents != (cloudevents.Config{}) {
+			return errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)")
+		}
+	case FormatCloudEvents:
+		if err := c.CloudEvents.Validate(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("format: %q must be herald or cloudevents", c.Format)
 	}
 	for i, p := range c.AllowSubjectPrefixes {
 		reserved := false

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
 )
 
 // Header names the sink sets on every message, next to the event's own
@@ -54,11 +55,47 @@ func encode(e sinks.Event, maxPayload int64, allowed []string) (*natsgo.Msg, err
 	if e.Key != "" {
 		h[HeaderKey] = []string{e.Key}
 	}
-	size := len(e.Payload) + headerSize(h)
+	return checkSize(e, &natsgo.Msg{Subject: e.Destination, Header: h, Data: e.Payload}, maxPayload)
+}
+
+// encodeCloudEvent builds the NATS message for e as a CloudEvent per the
+// CloudEvents NATS protocol binding, with Nats-Msg-Id for JetStream's
+// dedupe: in the binary mode the payload is the data and every attribute a
+// ce- header, datacontenttype included (nats-protocol-binding.md 3.1); in
+// the structured mode the payload is the JSON event format, marked by
+// Content-Type (3 and 3.2). The errors are encode's, and a JSON content
+// type with a payload that is not JSON is permanent in the structured mode.
+func encodeCloudEvent(e sinks.Event, ce cloudevents.Config, maxPayload int64, allowed []string) (*natsgo.Msg, error) {
+	if err := checkDestination(e.Destination, allowed); err != nil {
+		return nil, err
+	}
+	msg := &natsgo.Msg{Subject: e.Destination, Header: natsgo.Header{HeaderMsgID: []string{e.ID}}}
+	if ce.Structured() {
+		body, err := cloudevents.Structured(e, ce.Source)
+		if err != nil {
+			return nil, err
+		}
+		msg.Header[HeaderContentType] = []string{cloudevents.MediaType}
+		msg.Data = body
+		return checkSize(e, msg, maxPayload)
+	}
+	// Values are percent-encoded, so NATS's trimming of white space and
+	// CR/LF cannot alter them.
+	for _, a := range cloudevents.NATS.Headers(cloudevents.Attributes(e, ce.Source)) {
+		msg.Header[a.Name] = []string{a.Value}
+	}
+	msg.Data = e.Payload
+	return checkSize(e, msg, maxPayload)
+}
+
+// checkSize returns msg, or a permanent error when it is over maxPayload
+// counting the encoded headers.
+func checkSize(e sinks.Event, msg *natsgo.Msg, maxPayload int64) (*natsgo.Msg, error) {
+	size := len(msg.Data) + headerSize(msg.Header)
 	if maxPayload > 0 && int64(size) > maxPayload {
 		return nil, fmt.Errorf("the server's max_payload: %w", sinks.TooLarge(e, size, int(maxPayload)))
 	}
-	return &natsgo.Msg{Subject: e.Destination, Header: h, Data: e.Payload}, nil
+	return msg, nil
 }
 
 // headerSize is the encoded size of h, computed as nats.go encodes it

@@ -14,12 +14,12 @@ import (
 	"github.com/heraldhq/herald/sinks"
 )
 
-// ErrNoStream is reported (wrapped, retryable) for an event whose subject no
-// JetStream stream covers: the stream lookup found none, or the publish got
-// "nats: no response from stream". It is retryable rather than permanent
-// because the usual cause is a stream not created yet or being recreated,
-// which an operator fixes without losing events; left unfixed, the relay
-// dead-letters the event once its attempts run out.
+// ErrNoStream is reported, wrapped in sinks.Unavailable, for an event whose
+// subject no JetStream stream covers: the stream lookup found none, or the
+// publish got "nats: no response from stream". A missing stream is a setup
+// error that every event to the subject meets, so the relay pauses the sink
+// instead of spending the events' attempts until they dead-letter; the
+// message names the subject, and the sink resumes once a stream covers it.
 var ErrNoStream = errors.New("nats: no JetStream stream covers the subject")
 
 // ErrClosed is reported (as Unavailable) by Publish after Close.
@@ -64,7 +64,7 @@ func classify(err error) error {
 	case errors.Is(err, natsgo.ErrBadSubject), errors.Is(err, natsgo.ErrBadHeaderMsg):
 		return sinks.Permanent(err)
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
-		return fmt.Errorf("%w: %w (the stream may be missing or have no leader)", ErrNoStream, err)
+		return sinks.Unavailable(fmt.Errorf("%w: %w (the stream may be missing or have no leader)", ErrNoStream, err))
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		return fmt.Errorf("%w: no PubAck within ack_timeout; the message may have been stored, "+
 			"and a retry inside the stream's duplicate window is dropped as a duplicate", err)

@@ -16,6 +16,16 @@
 // NATS cannot carry, or that starts with "Nats-" (JetStream acts on those:
 // Nats-Rollup purges a stream), fails the event permanently.
 //
+// With format: cloudevents the message is a CloudEvent per the CloudEvents
+// NATS protocol binding (package cloudevents gives the attributes), still
+// with Nats-Msg-Id. In the binary mode (cloudevents.mode: binary, the
+// default) the payload is the event's, and every attribute is a ce- header
+// with a percent-encoded value, datacontenttype included (ce-specversion,
+// ce-id, ce-source, ce-type, ce-subject, ce-time, ce-datacontenttype, and
+// the extensions: ce-traceparent, ce-tracestate, ce-<header> for event
+// headers with [a-z0-9] names). In the structured mode the payload is the
+// JSON event format and Content-Type is application/cloudevents+json.
+//
 // # Delivery
 //
 // In JetStream mode (mode: jetstream) Publish sends the whole batch with
@@ -76,7 +86,8 @@
 //     invalid subject or header name, to a reserved subject (see above):
 //     permanent.
 //   - no stream covers the subject (lookup found none, or "nats: no response
-//     from stream"): retryable, wrapping ErrNoStream; see ErrNoStream.
+//     from stream"): sinks.Unavailable wrapping ErrNoStream, naming the
+//     subject; see ErrNoStream.
 //   - no PubAck within ack_timeout: retryable (the message may have been
 //     stored; the Nats-Msg-Id dedupe makes the retry safe).
 //   - any other JetStream error for a message: retryable, on that event only.
@@ -279,6 +290,14 @@ func (s *Sink) CheckDestinations(ctx context.Context, subjects ...string) error 
 	return s.CheckSubjects(ctx, subjects...)
 }
 
+// encode builds the message for e in the configured format.
+func (s *Sink) encode(e sinks.Event, maxPayload int64) (*natsgo.Msg, error) {
+	if s.cfg.Format == FormatCloudEvents {
+		return encodeCloudEvent(e, s.cfg.CloudEvents, maxPayload, s.cfg.AllowSubjectPrefixes)
+	}
+	return encode(e, maxPayload, s.cfg.AllowSubjectPrefixes)
+}
+
 // CheckSubjects connects, checks each subject is a destination Publish
 // accepts (a valid subject, not under a reserved prefix that
 // allow_subject_prefixes does not cover) and, in JetStream mode, that a
@@ -322,7 +341,8 @@ func (s *Sink) checkStream(ctx context.Context, js jetstream.JetStream, subject 
 	}
 	name, err := js.StreamNameBySubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("subject %q: %w (create a stream whose subjects include it, or set check_streams: false or mode: core)", subject, ErrNoStream)
+		return sinks.Unavailable(fmt.Errorf("subject %q: %w: create a stream whose subjects include it "+
+			"(nats stream add NAME --subjects %q), or publish it with mode: core", subject, ErrNoStream, subject))
 	}
 	if err != nil {
 		return classify(fmt.Errorf("looking up the stream of subject %q: %w", subject, err))
@@ -436,7 +456,7 @@ func (b *batch) publishCore(ctx context.Context, nc *natsgo.Conn) {
 		if b.blocked(i) {
 			continue
 		}
-		msg, err := encode(e, maxPayload, b.sink.cfg.AllowSubjectPrefixes)
+		msg, err := b.sink.encode(e, maxPayload)
 		if err != nil {
 			b.fail(i, err)
 			continue
@@ -499,7 +519,7 @@ func (b *batch) publishJetStream(ctx context.Context, nc *natsgo.Conn, js jetstr
 		if b.blocked(i) {
 			continue
 		}
-		msg, err := encode(e, maxPayload, b.sink.cfg.AllowSubjectPrefixes)
+		msg, err := b.sink.encode(e, maxPayload)
 		if err != nil {
 			b.fail(i, err)
 			continue

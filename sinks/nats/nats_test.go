@@ -175,18 +175,23 @@ func TestNoStreamCoversSubject(t *testing.T) {
 	for _, check := range []bool{true, false} {
 		t.Run(fmt.Sprintf("check_streams=%v", check), func(t *testing.T) {
 			s := open(t, nats.Config{URL: url, CheckStreams: &check})
-			bad := sinktest.Event(uncovered, "a", []byte(`{}`))
+			// The covered subject goes first: an uncovered one is a setup
+			// error that stops the rest of the batch (Unavailable).
 			good := sinktest.Event(covered.Subject(fmt.Sprint(check)), "b", []byte(`{}`))
-			errs := publish(t, s, bad, good)
-			if errs[1] != nil {
-				t.Fatalf("covered subject: %v", errs[1])
+			bad := sinktest.Event(uncovered, "a", []byte(`{}`))
+			errs := publish(t, s, good, bad)
+			if errs[0] != nil {
+				t.Fatalf("covered subject: %v", errs[0])
 			}
-			err := errs[0]
-			if !errors.Is(err, nats.ErrNoStream) || sinks.IsPermanent(err) || sinks.IsUnavailable(err) {
-				t.Fatalf("uncovered subject: got %v, want a retryable ErrNoStream", err)
+			err := errs[1]
+			if !errors.Is(err, nats.ErrNoStream) || sinks.IsPermanent(err) || !sinks.IsUnavailable(err) {
+				t.Fatalf("uncovered subject: got %v, want ErrNoStream marked Unavailable (pauses the sink)", err)
 			}
-			if check && !strings.Contains(err.Error(), uncovered) {
+			if !strings.Contains(err.Error(), uncovered) {
 				t.Fatalf("error %q does not name the subject %s", err, uncovered)
+			}
+			if check && !strings.Contains(err.Error(), "create a stream") {
+				t.Fatalf("error %q does not say to create a stream", err)
 			}
 		})
 	}
@@ -205,13 +210,13 @@ func TestNoStreamCoversSubject(t *testing.T) {
 			t.Fatal(err)
 		}
 		errs := publish(t, s, sinktest.Event(str.Subject("a"), "", []byte(`{}`)))
-		if !errors.Is(errs[0], nats.ErrNoStream) || sinks.IsPermanent(errs[0]) || sinks.IsUnavailable(errs[0]) {
-			t.Fatalf("publishing after the stream was deleted: %v, want a retryable ErrNoStream", errs[0])
+		if !errors.Is(errs[0], nats.ErrNoStream) || sinks.IsPermanent(errs[0]) || !sinks.IsUnavailable(errs[0]) {
+			t.Fatalf("publishing after the stream was deleted: %v, want ErrNoStream marked Unavailable", errs[0])
 		}
 		// The cache was dropped: the lookup now names the subject.
 		errs = publish(t, s, sinktest.Event(str.Subject("a"), "", []byte(`{}`)))
-		if !errors.Is(errs[0], nats.ErrNoStream) || !strings.Contains(errs[0].Error(), str.Subject("a")) {
-			t.Fatalf("second publish: %v, want ErrNoStream naming the subject", errs[0])
+		if !errors.Is(errs[0], nats.ErrNoStream) || !sinks.IsUnavailable(errs[0]) || !strings.Contains(errs[0].Error(), "create a stream") {
+			t.Fatalf("second publish: %v, want Unavailable ErrNoStream from the lookup, saying to create a stream", errs[0])
 		}
 	})
 	t.Run("CheckSubjects", func(t *testing.T) {

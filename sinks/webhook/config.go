@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
 )
 
 // Format is how an event becomes a request body.
@@ -21,6 +22,10 @@ const (
 	// FormatRaw sends the payload bytes as they are, with the event's
 	// content type, for endpoints that expect a body of their own shape.
 	FormatRaw Format = "raw"
+	// FormatCloudEvents sends a CloudEvent per the CloudEvents HTTP
+	// protocol binding, in the content mode cloudevents.mode selects (see
+	// the package documentation).
+	FormatCloudEvents Format = "cloudevents"
 )
 
 // Defaults of Config fields left at their zero value.
@@ -46,8 +51,12 @@ type Config struct {
 	// Secrets are more signing secrets, for rotation: every request carries
 	// one signature per secret (Secret first, then Secrets in order).
 	Secrets []sinks.Secret `yaml:"secrets"`
-	// Format is envelope or raw. Defaults to envelope.
+	// Format is envelope, raw or cloudevents. Defaults to envelope.
 	Format Format `yaml:"format"`
+	// CloudEvents sets the CloudEvents source and content mode; source is
+	// required when Format is cloudevents, and the block is refused with
+	// any other format.
+	CloudEvents cloudevents.Config `yaml:"cloudevents"`
 	// Timeout bounds each request, from connecting to reading the response
 	// status. Defaults to 10s.
 	Timeout time.Duration `yaml:"timeout"`
@@ -94,8 +103,15 @@ func (c Config) Validate() error {
 	}
 	switch c.Format {
 	case "", FormatEnvelope, FormatRaw:
+		if c.CloudEvents != (cloudevents.Config{}) {
+			return fmt.Errorf("cloudevents: set, but format is %q (set format: cloudevents)", c.format())
+		}
+	case FormatCloudEvents:
+		if err := c.CloudEvents.Validate(); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("format: %q must be envelope or raw", c.Format)
+		return fmt.Errorf("format: %q must be envelope, raw or cloudevents", c.Format)
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("timeout: %s must not be negative", c.Timeout)
@@ -114,6 +130,9 @@ func (c Config) Validate() error {
 			if strings.EqualFold(name, r) {
 				return fmt.Errorf("headers.%s: set by the sink itself, cannot be configured", name)
 			}
+		}
+		if c.Format == FormatCloudEvents && len(name) >= 3 && strings.EqualFold(name[:3], cloudevents.HTTP.Prefix) {
+			return fmt.Errorf("headers.%s: ce- headers carry CloudEvents attributes with format: cloudevents, cannot be configured", name)
 		}
 		if !validHeaderValue(value.Reveal()) {
 			return fmt.Errorf("headers.%s: value must not contain control characters (CR, LF, NUL…)", name)
@@ -141,6 +160,14 @@ func (c Config) Validate() error {
 		return errors.New("tls: set, but url is http:// (use https://)")
 	}
 	return nil
+}
+
+// format is Format with its default.
+func (c Config) format() Format {
+	if c.Format == "" {
+		return FormatEnvelope
+	}
+	return c.Format
 }
 
 // endpoint parses URL. The error shows the URL without its password.

@@ -37,6 +37,17 @@
 // the headers, these are not covered by the signature, which signs the id,
 // timestamp and body.
 //
+// In the cloudevents format the request is a CloudEvent per the CloudEvents
+// HTTP protocol binding (package cloudevents gives the attributes). In the
+// binary mode (cloudevents.mode: binary, the default) the body is the
+// payload, Content-Type is datacontenttype, and every other attribute is a
+// ce- header with a percent-encoded value (ce-specversion, ce-id,
+// ce-source, ce-type, ce-subject, ce-time, and the extensions: ce-traceparent,
+// ce-tracestate, ce-<header> for event headers with [a-z0-9] names). In the
+// structured mode the body is the JSON event format with Content-Type
+// application/cloudevents+json. The webhook-* headers and their signature
+// of the body are sent in both.
+//
 // # Results
 //
 // 2xx is success. 408, 429, 5xx, timeouts and broken connections are
@@ -94,6 +105,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
 )
 
 // Sink POSTs events to one endpoint. It implements sinks.Sink.
@@ -315,7 +327,11 @@ type envelope struct {
 // content type cannot be sent as a header fails permanently: the HTTP client
 // would refuse to build the request on every attempt.
 func (s *Sink) body(e *sinks.Event) ([]byte, string, error) {
-	if s.cfg.Format == FormatRaw {
+	if s.cfg.Format == FormatCloudEvents && s.cfg.CloudEvents.Structured() {
+		body, err := cloudevents.Structured(*e, s.cfg.CloudEvents.Source)
+		return body, cloudevents.MediaType, err
+	}
+	if s.cfg.Format == FormatRaw || s.cfg.Format == FormatCloudEvents {
 		if !validHeaderValue(e.ContentType) {
 			return nil, "", sinks.Permanent(fmt.Errorf("content_type %q holds a control character (CR, LF, NUL…) and cannot be sent "+
 				"as the Content-Type header: the request can never be built", e.ContentType))
@@ -376,6 +392,15 @@ func (s *Sink) send(ctx context.Context, e *sinks.Event, body []byte, contentTyp
 	for _, name := range []string{"traceparent", "tracestate"} {
 		if v, ok := e.Headers[name]; ok && validHeaderValue(v) {
 			h[name] = []string{v}
+		}
+	}
+	if s.cfg.Format == FormatCloudEvents && !s.cfg.CloudEvents.Structured() {
+		// Content-Type, datacontenttype's header, is set above; values are
+		// percent-encoded, so every one is a valid header value.
+		for _, a := range cloudevents.HTTP.Headers(cloudevents.Attributes(*e, s.cfg.CloudEvents.Source)) {
+			if a.Name != cloudevents.HTTP.ContentTypeHeader {
+				h[a.Name] = []string{a.Value}
+			}
 		}
 	}
 	if s.cfg.Format == FormatRaw {

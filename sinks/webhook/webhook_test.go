@@ -33,6 +33,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -168,12 +169,15 @@ type wireEnvelope struct {
 	PayloadBase64 *string           `json:"payload_base64"`
 }
 
-func conformance(t *testing.T, format Format, features sinktest.Features) {
+func conformance(t *testing.T, cfg Config, features sinktest.Features) {
 	secret := newSecret(t)
 	rc := newReceiver(t, nil)
+	format := cfg.Format
 	sinktest.Run(t, sinktest.Harness{
 		NewSink: func(t *testing.T, destination string) sinks.Sink {
-			s, err := New("hook", Config{URL: rc.srv.URL + "/" + destination, Secret: secret, Format: format}, quiet)
+			cfg := cfg
+			cfg.URL, cfg.Secret = rc.srv.URL+"/"+destination, secret
+			s, err := New("hook", cfg, quiet)
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
@@ -206,6 +210,13 @@ func conformance(t *testing.T, format Format, features sinktest.Features) {
 						got.Payload = b
 					}
 				}
+				if format == FormatCloudEvents {
+					ce := readCloudEvent(t, r)
+					if ce.attrs["id"] != got.ID {
+						t.Fatalf("CloudEvent id %q, webhook-id %q", ce.attrs["id"], got.ID)
+					}
+					got.Key, got.Payload = ce.attrs["subject"], ce.data
+				}
 				out = append(out, got)
 			}
 			return out
@@ -219,12 +230,26 @@ func conformance(t *testing.T, format Format, features sinktest.Features) {
 
 func TestConformanceEnvelope(t *testing.T) {
 	t.Parallel()
-	conformance(t, FormatEnvelope, sinktest.Features{Headers: true, Binary: true, Keys: true})
+	conformance(t, Config{Format: FormatEnvelope}, sinktest.Features{Headers: true, Binary: true, Keys: true})
 }
 
 func TestConformanceRaw(t *testing.T) {
 	t.Parallel()
-	conformance(t, FormatRaw, sinktest.Features{Binary: true})
+	conformance(t, Config{Format: FormatRaw}, sinktest.Features{Binary: true})
+}
+
+// The suite's event headers include x-tenant, which is no valid CloudEvents
+// extension name and is left out: Headers is not claimed.
+func TestConformanceCloudEventsBinary(t *testing.T) {
+	t.Parallel()
+	conformance(t, Config{Format: FormatCloudEvents, CloudEvents: cloudevents.Config{Source: "/test"}},
+		sinktest.Features{Binary: true, Keys: true})
+}
+
+func TestConformanceCloudEventsStructured(t *testing.T) {
+	t.Parallel()
+	conformance(t, Config{Format: FormatCloudEvents, CloudEvents: cloudevents.Config{Mode: cloudevents.ModeStructured, Source: "/test"}},
+		sinktest.Features{Binary: true, Keys: true})
 }
 
 func TestRequestSignedAndDescribed(t *testing.T) {
@@ -1077,7 +1102,7 @@ func TestConfigValidate(t *testing.T) {
 		{"secret base64", func(c *Config) { c.Secret = "whsec_***" }, "secret: the part after"},
 		{"secret empty key", func(c *Config) { c.Secret = "whsec_" }, "secret: no key bytes"},
 		{"secrets index", func(c *Config) { c.Secrets = []sinks.Secret{"whsec_c2VjcmV0", "nope"} }, "secrets[1]:"},
-		{"format", func(c *Config) { c.Format = "xml" }, `format: "xml" must be envelope or raw`},
+		{"format", func(c *Config) { c.Format = "xml" }, `format: "xml" must be envelope, raw or cloudevents`},
 		{"timeout", func(c *Config) { c.Timeout = -time.Second }, "timeout:"},
 		{"concurrency", func(c *Config) { c.Concurrency = -1 }, "concurrency:"},
 		{"max_body_bytes", func(c *Config) { c.MaxBodyBytes = -1 }, "max_body_bytes:"},
