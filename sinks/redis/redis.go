@@ -289,4 +289,3 @@ func (s *Sink) Close(context.Context) error {
 	}
 	return nil
 }
-
