@@ -243,15 +243,22 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 	if pipe.Len() == 0 {
 		return errs
 	}
-	// Exec's own error is the first command's failure; each command holds
-	// its own, which is what the results report.
-	_, _ = pipe.Exec(ctx)
+	// Each command holds its own reply or error, which is what the results
+	// report. A failure before any command ran (dial, authentication) is
+	// only Exec's: a command with neither error nor entry id gets it.
+	_, execErr := pipe.Exec(ctx)
 	lost := false
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
 		}
 		err := cmd.Err()
+		if err == nil && cmd.Val() == "" {
+			err = execErr
+			if err == nil {
+				err = errors.New("no entry id in the reply")
+			}
+		}
 		if err == nil {
 			continue
 		}
