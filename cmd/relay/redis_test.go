@@ -133,3 +133,27 @@ func TestConfigCheckRedis(t *testing.T) {
 	bad := strings.Replace(readFile(t, redisRunConfig(t, url, tables.Schema, redisURL, prefix, "")), "max_len: 100000", "max_len: -1", 1)
 	check(runRelay(t, nil, "config", "check", "--config", writeConfig(t, bad)), 2, "sinks[0] (streams).max_len: -1 must not be negative")
 }
+
+// TestREADMERedisExample runs relay config check on the README's Redis
+// sink example (with a database section added) against the machine's
+// Redis, with REDIS_URL set as a deployment would.
+func TestREADMERedisExample(t *testing.T) {
+	t.Parallel()
+	text := readme(t)
+	at := strings.Index(text, "### Redis Streams (`type: redis`")
+	if at < 0 {
+		t.Fatal("README: no Redis Streams section")
+	}
+	block := fencedBlock.FindStringSubmatch(text[at:])
+	if block == nil || block[1] != "yaml" || !strings.Contains(block[2], "type: redis") {
+		t.Fatal("README: the Redis Streams section does not start with a YAML example")
+	}
+	url, _ := dbURL(t)
+	pool := pgtest.Pool(t)
+	tables := pgtest.Schema(t, pool)
+	config := writeConfig(t, fmt.Sprintf("database: {url: %q, schema: %s}\n", url, tables.Schema)+block[2])
+	r := runRelay(t, []string{"REDIS_URL=" + redistest.URL(t)}, "config", "check", "--config", config)
+	if r.code != 0 || !strings.Contains(r.stdout, "sink streams (redis): ok") || !strings.Contains(r.stdout, "events:{{.Topic}}") {
+		t.Fatalf("relay config check on the README's Redis example:\n%s", r)
+	}
+}
