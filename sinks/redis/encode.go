@@ -39,10 +39,8 @@ func encode(e sinks.Event, maxPayload int) ([]any, error) {
 	}
 	headers := []byte("{}")
 	if len(e.Headers) > 0 {
-		var err error
-		if headers, err = json.Marshal(e.Headers); err != nil {
-			return nil, sinks.Permanent(fmt.Errorf("event %s: encoding headers: %w", e.ID, err))
-		}
+		// A map of strings always marshals (invalid UTF-8 becomes U+FFFD).
+		headers, _ = json.Marshal(e.Headers)
 	}
 	return []any{
 		FieldID, e.ID,

@@ -550,3 +550,27 @@ func TestConcurrentPublish(t *testing.T) {
 		}
 	}
 }
+
+// TestACLRefusalIsUnavailable creates an ACL user of its own (deleted at
+// the end) allowed only keys under one prefix: an XADD elsewhere is
+// refused with NOPERM, a setup error that pauses the sink.
+func TestACLRefusalIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	user := "herald-test-" + uuid.NewString()[:8]
+	ctx := context.Background()
+	if err := b.admin.Do(ctx, "ACL", "SETUSER", user, "on", ">s3cr3t-acl", "~"+b.prefix+"allowed*", "+@all").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	t.Cleanup(func() { b.admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	s := open(t, redis.Config{URL: b.url, Username: user, Password: "s3cr3t-acl"})
+	allowed := sinktest.Event(b.prefix+"allowed", "", []byte(`{}`))
+	denied := sinktest.Event(b.prefix+"denied", "", []byte(`{}`))
+	errs := publish(t, s, allowed, denied)
+	if errs[0] != nil {
+		t.Fatalf("event to an allowed key: %v", errs[0])
+	}
+	if !sinks.IsUnavailable(errs[1]) || !strings.Contains(errs[1].Error(), "NOPERM") || strings.Contains(errs[1].Error(), "s3cr3t") {
+		t.Fatalf("event to a denied key: %v, want Unavailable NOPERM", errs[1])
+	}
+}
