@@ -41,8 +41,9 @@ type Config struct {
 	// permanently without being sent. Keep it at or below the server's
 	// proto-max-bulk-len. Defaults to 536870912 (512 MiB, Redis' default).
 	MaxPayload int `yaml:"max_payload"`
-	// Timeout bounds connecting and each Publish's round trip, on top of
-	// the deadline of the Publish context. Defaults to 5s.
+	// Timeout bounds each Publish and Check, on top of the deadline of
+	// their context; connecting (and the TLS handshake) gets half of it.
+	// Defaults to 5s.
 	Timeout time.Duration `yaml:"timeout"`
 }
 

@@ -19,6 +19,13 @@ import (
 // ErrClosed is reported (as Unavailable) by Publish after Close.
 var ErrClosed = errors.New("redis: sink closed")
 
+// dialError is a failure to connect or to complete the TLS handshake:
+// nothing was sent.
+type dialError struct{ err error }
+
+func (e dialError) Error() string { return "connecting: " + e.err.Error() }
+func (e dialError) Unwrap() error { return e.err }
+
 // unavailableCodes are the error codes (the first word of a server error)
 // that say the server or the sink's setup is the problem, whatever the
 // event: authentication and ACLs, a server loading or read-only, a
@@ -33,6 +40,9 @@ var unavailableCodes = map[string]bool{
 func classify(err error) error {
 	if err == nil || sinks.IsUnavailable(err) || sinks.IsPermanent(err) {
 		return err
+	}
+	if errors.As(err, new(dialError)) {
+		return sinks.Unavailable(err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w (the entry may have been added)", err)

@@ -55,10 +55,13 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -110,14 +113,20 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	if tlsCfg != nil {
-		if tlsCfg.ServerName == "" && opts.TLSConfig != nil {
-			tlsCfg.ServerName = opts.TLSConfig.ServerName
-		}
-		opts.TLSConfig = tlsCfg
+	if tlsCfg == nil {
+		tlsCfg = opts.TLSConfig // rediss://
+	} else if tlsCfg.ServerName == "" && opts.TLSConfig != nil {
+		tlsCfg.ServerName = opts.TLSConfig.ServerName
 	}
+	opts.TLSConfig = tlsCfg
+	// Connecting gets half the timeout, and one try (the relay retries):
+	// a connection that cannot be made then fails as such, marked
+	// Unavailable, before the batch's deadline, which would only say
+	// that no reply came.
+	opts.DialTimeout = cfg.Timeout / 2
+	opts.DialerRetries = 1
+	opts.Dialer = dialer(opts.DialTimeout, tlsCfg)
 	opts.ClientName = "herald/" + name
-	opts.DialTimeout = cfg.Timeout
 	opts.ReadTimeout = cfg.Timeout
 	opts.WriteTimeout = cfg.Timeout
 	opts.ContextTimeoutEnabled = true
@@ -126,6 +135,35 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	s := &Sink{name: name, cfg: cfg, shown: redactURL(cfg.URL), client: goredis.NewClient(opts), logger: logger}
 	return s, nil
+}
+
+// dialer connects and, with tlsCfg, completes the TLS handshake, each
+// bounded by timeout and ctx. Its errors are marked dialError: whatever
+// they say (a handshake a plain server never answers ends in a context
+// deadline), nothing was sent, and the server is what failed.
+func dialer(timeout time.Duration, tlsCfg *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		conn, err := (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, dialError{err}
+		}
+		if tlsCfg == nil {
+			return conn, nil
+		}
+		cfg := tlsCfg
+		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, dialError{fmt.Errorf("TLS handshake with %s: %w", addr, err)}
+		}
+		return tc, nil
+	}
 }
 
 // Name returns the sink's name.

@@ -574,3 +574,25 @@ func TestACLRefusalIsUnavailable(t *testing.T) {
 		t.Fatalf("event to a denied key: %v, want Unavailable NOPERM", errs[1])
 	}
 }
+
+// TestTLSToPlainServerIsUnavailable: TLS (tls.enabled, as rediss:// turns
+// on) against the plain shared server fails the handshake, which pauses
+// the sink.
+func TestTLSToPlainServerIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rediss := strings.Replace(b.url, "redis://", "rediss://", 1)
+	for _, cfg := range []redis.Config{
+		{URL: b.url, TLS: sinks.TLSConfig{Enabled: true}, Timeout: 2 * time.Second},
+		{URL: rediss, Timeout: 2 * time.Second},
+	} {
+		s := open(t, cfg)
+		errs := publish(t, s, sinktest.Event(b.prefix+"x", "", []byte(`{}`)))
+		if !sinks.IsUnavailable(errs[0]) {
+			t.Fatalf("%s with TLS against a plain server: %v, want Unavailable", cfg.URL, errs[0])
+		}
+	}
+	if n, _ := b.admin.Exists(context.Background(), b.prefix+"x").Result(); n != 0 {
+		t.Fatal("the stream was created over a failed TLS handshake")
+	}
+}
