@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/sinks/nats/natstest"
+	"github.com/heraldhq/herald/sinks/redis/redistest"
 )
 
 func TestBenchJSON(t *testing.T) {
@@ -97,6 +98,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--sink", "email", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--sink: "email"`},
 		{[]string{"bench", "--sink", "kafka", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--kafka-brokers: required with --sink kafka"},
 		{[]string{"bench", "--sink", "webhook", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--webhook-url: required with --sink webhook"},
+		{[]string{"bench", "--sink", "redis", "--redis-url", "http://u:pa55@127.0.0.1:6379", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--redis-url: url: "http://[redacted]@127.0.0.1:6379": the scheme must be redis, rediss or unix`},
 		{[]string{"bench", "--nats-embedded", "--database-url", "postgres://u@127.0.0.1:1/db"}, "unknown flag: --nats-embedded"},
 		{[]string{"bench", "--schema", "x", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--schema: relay bench creates"},
 		{[]string{"bench"}, "--database-url: no database given"},
@@ -139,6 +141,7 @@ func TestBenchSinksAtPeers(t *testing.T) {
 		"nats":    {"--sink", "nats", "--nats-url", natstest.URL(t)},
 		"kafka":   {"--sink", "kafka", "--kafka-brokers", strings.Join(kafkaBroker.ListenAddrs(), ","), "--kafka-partitions", "4"},
 		"webhook": {"--sink", "webhook", "--webhook-url", receiver.URL + "/hook"},
+		"redis":   {"--sink", "redis", "--redis-url", redistest.URL(t)},
 	}
 	for name, sinkArgs := range cases {
 		t.Run(name, func(t *testing.T) {

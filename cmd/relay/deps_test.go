@@ -27,6 +27,7 @@ var forbiddenDeps = []string{
 	"github.com/heraldhq/herald/migrations/pgtest",
 	"github.com/heraldhq/herald/sinks/email/smtptest",
 	"github.com/heraldhq/herald/sinks/nats/natstest",
+	"github.com/heraldhq/herald/sinks/redis/redistest",
 	"github.com/heraldhq/herald/sinks/sinktest",
 	"github.com/heraldhq/herald/examples",
 	"github.com/heraldhq/herald/internal/cmd",

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/sinks/redis"
 )
 
 // Mode selects what a run measures.
@@ -48,6 +50,7 @@ const (
 	SinkNATS    = "nats"
 	SinkKafka   = "kafka"
 	SinkWebhook = "webhook"
+	SinkRedis   = "redis"
 )
 
 // Config configures a run. Zero fields take the default their comment
@@ -111,7 +114,7 @@ type Config struct {
 	// them.
 	Progress io.Writer
 
-	// Sink is SinkDiscard, SinkNATS, SinkKafka or SinkWebhook. Defaults to
+	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook or SinkRedis. Defaults to
 	// SinkDiscard.
 	Sink string
 	// NATSURL is the JetStream server for SinkNATS. Defaults to
@@ -139,6 +142,11 @@ type Config struct {
 	// WebhookURL is the receiver SinkWebhook posts to; it must answer 2xx.
 	// Required for SinkWebhook.
 	WebhookURL string
+	// RedisURL is the server for SinkRedis. The run appends to a
+	// throwaway stream there, capped at about DefaultRedisMaxLen entries
+	// (MAXLEN ~) as a production stream would be, and deletes it at the
+	// end. Defaults to redis://127.0.0.1:6379/0.
+	RedisURL string
 
 	// Outage is how long the sink "down" refuses events: from the backlog's
 	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
@@ -182,6 +190,8 @@ const (
 	DefaultProducers       = 4
 	DefaultDuration        = 30 * time.Second
 	DefaultNATSURL         = "nats://127.0.0.1:4222"
+	DefaultRedisURL        = "redis://127.0.0.1:6379/0"
+	DefaultRedisMaxLen     = 200_000
 	DefaultNATSMaxMsgs     = 200_000
 	DefaultKafkaPartitions = 8
 	DefaultTimeout         = 5 * time.Minute
@@ -271,6 +281,9 @@ func (c Config) WithDefaults() Config {
 	if c.NATSURL == "" {
 		c.NATSURL = DefaultNATSURL
 	}
+	if c.RedisURL == "" {
+		c.RedisURL = DefaultRedisURL
+	}
 	if c.NATSMaxMsgs == 0 {
 		c.NATSMaxMsgs = DefaultNATSMaxMsgs
 	}
@@ -359,8 +372,12 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.WebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("--webhook-url: %q is not an http(s) URL", c.WebhookURL)
 		}
+	case SinkRedis:
+		if err := (redis.Config{URL: c.RedisURL}).Validate(); err != nil {
+			return fmt.Errorf("--redis-url: %w", err)
+		}
 	default:
-		return fmt.Errorf("--sink: %q must be discard, nats, kafka or webhook", c.Sink)
+		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook or redis", c.Sink)
 	}
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)

@@ -12,11 +12,13 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	goredis "github.com/redis/go-redis/v9"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/kafka"
 	natssink "github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/redis"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
@@ -50,6 +52,8 @@ func startDestination(ctx context.Context, cfg Config, name string, logger *slog
 		err = d.startKafka(ctx, cfg, name, logger)
 	case SinkWebhook:
 		err = d.startWebhook(cfg, logger)
+	case SinkRedis:
+		err = d.startRedis(ctx, cfg, name, logger)
 	}
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -149,6 +153,38 @@ func (d *destinationEnv) startWebhook(cfg Config, logger *slog.Logger) error {
 	secret := sinks.Secret("whsec_" + base64.StdEncoding.EncodeToString(key))
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
 		return webhook.New(sinkName, webhook.Config{URL: cfg.WebhookURL, Secret: secret}, logger)
+	}
+	return nil
+}
+
+// startRedis checks the server at cfg.RedisURL answers and names a
+// throwaway stream for the run's sinks, deleted at the end.
+func (d *destinationEnv) startRedis(ctx context.Context, cfg Config, name string, logger *slog.Logger) error {
+	opts, err := goredis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("--redis-url: %w", err)
+	}
+	client := goredis.NewClient(opts)
+	d.closers = append(d.closers, func(context.Context) error { return client.Close() })
+	sinkCfg := redis.Config{URL: cfg.RedisURL, MaxLen: DefaultRedisMaxLen}
+	probe, err := redis.New("bench-probe", sinkCfg, logger)
+	if err != nil {
+		return fmt.Errorf("--redis-url: %w", err)
+	}
+	defer probe.Close(ctx)
+	if err := probe.Check(ctx); err != nil {
+		return fmt.Errorf("--redis-url: %w", err)
+	}
+	stream := "herald_bench:" + name
+	d.closers = append(d.closers, func(ctx context.Context) error {
+		if err := client.Del(ctx, stream).Err(); err != nil {
+			return fmt.Errorf("deleting Redis stream %s: %w", stream, err)
+		}
+		return nil
+	})
+	d.destination = literal(stream)
+	d.newSink = func(sinkName string) (sinks.Sink, error) {
+		return redis.New(sinkName, sinkCfg, logger)
 	}
 	return nil
 }
