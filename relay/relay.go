@@ -76,7 +76,8 @@ type route struct {
 	patterns []string
 	where    *routefilter.Filter // nil: every event of the topics
 	targets  []routeTarget
-	// filterErrs counts events on which where failed; the first is logged.
+	// filterErrs counts evaluations of where that failed; the first is
+	// logged.
 	filterErrs atomic.Int64
 }
 
@@ -270,8 +271,10 @@ func (r *Relay) route(it *item) (*route, error) {
 }
 
 // FilterErrors returns, for each route in Config.Routes order, how many
-// events its where filter failed on (an evaluation error: a missing
-// field, a type mismatch, the cost limit) since the relay started.
+// times its where filter failed on an event (an evaluation error: a
+// missing field, a type mismatch, the cost limit) since the relay started.
+// Filters run again when a delivery is retried, so a retried event may
+// count more than once.
 func (r *Relay) FilterErrors() []int64 {
 	out := make([]int64, len(r.routes))
 	for i := range r.routes {
