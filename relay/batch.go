@@ -160,10 +160,14 @@ func (b *batch) planQueued(it *item) {
 		t.status = tJoin
 		return
 	}
-	route := b.r.route(it.topic)
-	switch {
-	case it.decodeErr != nil:
+	if it.decodeErr != nil {
 		b.kill(t, fmt.Errorf("event %s cannot be read: %w", it.id, it.decodeErr), b.stopsKey(it))
+		return
+	}
+	// Filters see only the event's own data, so the same route applies as
+	// when the event was routed, unless the configuration changed.
+	route, _ := b.r.route(it)
+	switch {
 	case route == nil || !route.has(it.sink):
 		// Its sink was removed from the event's route: the event will not
 		// go there, and the key's later events (which do not either) are
@@ -190,9 +194,9 @@ func (b *batch) planFresh(it *item) {
 		b.kill(routing(tDead), fmt.Errorf("event %s cannot be read: %w", it.id, it.decodeErr), b.stopsKey(it))
 		return
 	}
-	route := b.r.route(it.topic)
+	route, err := b.r.route(it)
 	if route == nil {
-		b.kill(routing(tDead), fmt.Errorf("no route matches topic %q", it.topic), b.stopsKey(it))
+		b.kill(routing(tDead), err, b.stopsKey(it))
 		return
 	}
 	if it.delivery {

@@ -19,8 +19,14 @@ func BenchmarkDrain(b *testing.B) {
 	for _, c := range []struct {
 		keys, relays int
 		syncOff      bool
-	}{{1000, 1, false}, {1000, 1, true}, {1000, 2, true}, {10, 1, true}, {0, 1, true}} {
-		b.Run(fmt.Sprintf("keys=%d/relays=%d/relay_pool=%v", c.keys, c.relays, c.syncOff), func(b *testing.B) {
+		where        string // a route filter every event passes; "" for none
+	}{{1000, 1, false, ""}, {1000, 1, true, ""}, {1000, 2, true, ""}, {10, 1, true, ""}, {0, 1, true, ""},
+		{1000, 1, true, `payload.amount > 100 && payload.currency == "EUR"`}} {
+		name := fmt.Sprintf("keys=%d/relays=%d/relay_pool=%v", c.keys, c.relays, c.syncOff)
+		if c.where != "" {
+			name += "/where=payload"
+		}
+		b.Run(name, func(b *testing.B) {
 			tb := setup(b)
 			evs := make([]ev, 0, 10000)
 			for i := 0; i < b.N; i++ {
@@ -55,6 +61,9 @@ func BenchmarkDrain(b *testing.B) {
 				cfg := rb.config(b, sinks.NewDiscard("discard"))
 				cfg.BatchSize = 1000
 				cfg.Owner = fmt.Sprintf("bench-%d", i)
+				if c.where != "" {
+					cfg.Routes[0].Where = whereFilter(b, c.where)
+				}
 				defer rb.start(b, cfg)()
 			}
 			// Poll gently: a count over the backlog is itself work for the

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/relay/routefilter"
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -75,7 +76,8 @@ type Config struct {
 	// ShutdownTimeout bounds the finishing of in-flight work after the run
 	// context ends. Defaults to 30 seconds.
 	ShutdownTimeout time.Duration
-	// Routes map topics to sinks; the first route matching a topic applies.
+	// Routes map topics to sinks; the first route matching an event (its
+	// topic, then its Where filter) applies.
 	Routes []Route
 	// MetricsTopics are the topic patterns (as in routes) measured one by
 	// one: the Observer and the published counts `relay status` shows see,
@@ -171,11 +173,16 @@ func (b Backoff) validate(field string) error {
 	return nil
 }
 
-// Route sends events whose topic matches one of Topics to every target.
+// Route sends events whose topic matches one of Topics, and that pass
+// Where when it is set, to every target.
 type Route struct {
 	// Topics are patterns: an exact topic, "*" for all, or a pattern where *
 	// matches any run of characters ("orders.*").
 	Topics []string
+	// Where, when set, narrows the route to the events it matches; an event
+	// on which it fails (an evaluation error) does not match. The next
+	// route whose topics match is then tried. Nil matches every event.
+	Where *routefilter.Filter
 	// Targets are the sinks, each with an optional destination template.
 	Targets []Target
 }

@@ -8,9 +8,9 @@ import (
 )
 
 // configFingerprint identifies what a relay routes where: each route's
-// topic patterns and its sinks with their destination templates, routes in
-// order (the first match applies), patterns and sinks within a route in any
-// order. Relays sharing an outbox compare fingerprints, so that only those
+// topic patterns, its where filter and its sinks with their destination
+// templates, routes in order (the first match applies), patterns and sinks
+// within a route in any order. Relays sharing an outbox compare fingerprints, so that only those
 // with the newest configuration claim. A sink's own settings (URLs,
 // credentials) are not part of it: relays must agree on which sinks an
 // event goes to, not on how each reaches its destination.
@@ -28,6 +28,11 @@ func configFingerprint(routes []Route) string {
 		}
 		slices.Sort(targets)
 		h.Write([]byte("route\x00" + strings.Join(patterns, "\x00") + "\x01" + strings.Join(targets, "\x01") + "\x02"))
+		if r.Where != nil {
+			// Written only when set: a configuration without filters keeps
+			// the fingerprint it had before filters existed.
+			h.Write([]byte("where\x00" + r.Where.String() + "\x02"))
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay/internal/queue"
+	"github.com/heraldhq/herald/relay/routefilter"
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -26,7 +28,8 @@ type Relay struct {
 	log     *slog.Logger
 	workers []*worker
 
-	// routeMu guards routeCache: each topic's route and metrics label.
+	// routeMu guards routeCache: each topic's candidate routes and metrics
+	// label.
 	routeMu    sync.Mutex
 	routeCache map[string]topicInfo
 
@@ -69,8 +72,13 @@ type Relay struct {
 }
 
 type route struct {
+	index    int // in Config.Routes, for messages
 	patterns []string
+	where    *routefilter.Filter // nil: every event of the topics
 	targets  []routeTarget
+	// filterErrs counts evaluations of where that failed; the first is
+	// logged.
+	filterErrs atomic.Int64
 }
 
 type routeTarget struct {
@@ -121,8 +129,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer("github.com/heraldhq/herald/relay")
 	}
-	for _, rc := range cfg.Routes {
-		rt := route{patterns: rc.Topics}
+	r.routes = make([]route, len(cfg.Routes))
+	for i, rc := range cfg.Routes {
+		rt := &r.routes[i]
+		rt.index, rt.patterns, rt.where = i, rc.Topics, rc.Where
 		for _, t := range rc.Targets {
 			st := r.sinkStates[t.Sink.Name()]
 			if st == nil {
@@ -136,7 +146,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 			rt.targets = append(rt.targets, routeTarget{Target: t, state: st})
 		}
 		r.fanOut = max(r.fanOut, len(rt.targets))
-		r.routes = append(r.routes, rt)
 	}
 	slices.Sort(r.sinkNames)
 	// Every sink's paused gauge exists from the start, at 0: an alert on
@@ -184,14 +193,17 @@ func (r *Relay) queueSinks(now time.Time, share int32) (names []string, limits [
 	return names, limits
 }
 
-// topicInfo is what the relay knows of a topic: its route (nil when none
-// matches) and its label in metrics and published counts.
+// topicInfo is what the relay knows of a topic: the routes whose patterns
+// match it, in order (the first whose filter passes applies to an event),
+// and its label in metrics and published counts.
 type topicInfo struct {
-	route *route
-	label string
+	routes []*route
+	label  string
 }
 
-// topic returns what the relay knows of topic, from a bounded cache.
+// topic returns what the relay knows of topic, from a bounded cache. Only
+// the candidate routes are cached: with filters, which one applies depends
+// on the event.
 func (r *Relay) topic(topic string) topicInfo {
 	r.routeMu.Lock()
 	defer r.routeMu.Unlock()
@@ -201,8 +213,10 @@ func (r *Relay) topic(topic string) topicInfo {
 	info := topicInfo{label: OtherTopics}
 	for i := range r.routes {
 		if slices.ContainsFunc(r.routes[i].patterns, func(p string) bool { return MatchTopic(p, topic) }) {
-			info.route = &r.routes[i]
-			break
+			info.routes = append(info.routes, &r.routes[i])
+			if r.routes[i].where == nil {
+				break // the later ones are never reached
+			}
 		}
 	}
 	for _, p := range r.cfg.MetricsTopics {
@@ -218,8 +232,56 @@ func (r *Relay) topic(topic string) topicInfo {
 	return info
 }
 
-// route returns the first route matching topic, or nil.
-func (r *Relay) route(topic string) *route { return r.topic(topic).route }
+// route returns the route that applies to it: the first whose topic
+// patterns match and whose filter, if any, passes. With none it returns
+// nil and why, naming the routes whose filters did not pass and the
+// errors of those that failed. A filter that fails on an event (a missing
+// field, the cost limit) does not apply to it; the first failure of each
+// route is logged and all are counted (FilterErrors).
+func (r *Relay) route(it *item) (*route, error) {
+	candidates := r.topic(it.topic).routes
+	if len(candidates) == 0 {
+		return nil, fmt.Errorf("no route matches topic %q", it.topic)
+	}
+	if candidates[0].where == nil {
+		return candidates[0], nil // the common case: no event data read
+	}
+	ev := routefilter.Event{Topic: it.topic, Key: it.key, Headers: it.headers,
+		Payload: it.payload, JSON: sinks.IsJSON(it.contentType)}
+	var why []string
+	for _, rt := range candidates {
+		if rt.where == nil {
+			return rt, nil
+		}
+		ok, err := rt.where.Match(&ev)
+		switch {
+		case err != nil:
+			if rt.filterErrs.Add(1) == 1 {
+				r.log.Warn("relay: a route's where filter failed on an event, so the route does not apply to it (logged once per route; FilterErrors counts them)",
+					"route", rt.index, "where", rt.where.String(), "event", it.id, "error", err)
+			}
+			why = append(why, fmt.Sprintf("routes[%d] where failed: %v", rt.index, err))
+		case ok:
+			return rt, nil
+		default:
+			why = append(why, fmt.Sprintf("routes[%d] where is false", rt.index))
+		}
+	}
+	return nil, fmt.Errorf("no route matches event %s of topic %q: %s", it.id, it.topic, strings.Join(why, "; "))
+}
+
+// FilterErrors returns, for each route in Config.Routes order, how many
+// times its where filter failed on an event (an evaluation error: a
+// missing field, a type mismatch, the cost limit) since the relay started.
+// Filters run again when a delivery is retried, so a retried event may
+// count more than once.
+func (r *Relay) FilterErrors() []int64 {
+	out := make([]int64, len(r.routes))
+	for i := range r.routes {
+		out[i] = r.routes[i].filterErrs.Load()
+	}
+	return out
+}
 
 // label returns topic's label in metrics and published counts.
 func (r *Relay) label(topic string) string { return r.topic(topic).label }

@@ -95,7 +95,7 @@ func (s *setup) check(ctx context.Context, out io.Writer, path string) error {
 		}
 	}
 
-	fmt.Fprintln(out, "\nroutes (the first whose topics match an event's topic applies):")
+	fmt.Fprintln(out, "\nroutes (the first whose topics match an event's topic, and whose where filter passes, applies):")
 	for _, r := range s.file.Routes() {
 		targets := make([]string, len(r.Targets))
 		for i, t := range r.Targets {
@@ -108,9 +108,13 @@ func (s *setup) check(ctx context.Context, out io.Writer, path string) error {
 				targets[i] = fmt.Sprintf("%s (%s)", t.Sink, t.Type) // these ignore the destination
 			}
 		}
-		fmt.Fprintf(out, "  %s -> %s\n", strings.Join(r.Topics, ", "), strings.Join(targets, ", "))
+		where := ""
+		if r.Where != "" {
+			where = " where " + r.Where
+		}
+		fmt.Fprintf(out, "  %s%s -> %s\n", strings.Join(r.Topics, ", "), where, strings.Join(targets, ", "))
 	}
-	fmt.Fprintln(out, "  any other topic -> dead letter at the routing step (no route matches)")
+	fmt.Fprintln(out, "  any other event -> dead letter at the routing step (no route matches)")
 	if len(failed) > 0 {
 		return runtimeError(fmt.Errorf("config check failed: %s", strings.Join(failed, ", ")))
 	}

@@ -59,7 +59,7 @@ routes:
 	r := runRelay(t, env, "config", "check", "--config", config(s, natsURL, ""))
 	check(r, 0, "valid", "is migrated", "sink bus (nats): ok", "sink hook (webhook): not checked",
 		`orders.*, users.created -> bus (nats: events.{{.Topic}}), hook (webhook)`,
-		`audit.* -> bus (nats: the event's topic)`, "any other topic -> dead letter")
+		`audit.* -> bus (nats: the event's topic)`, "any other event -> dead letter")
 	if strings.Contains(r.stdout, "sink spare") || !strings.Contains(r.stderr, "spare") {
 		t.Fatalf("a sink no route uses is not checked, and is warned about:\n%s", r)
 	}

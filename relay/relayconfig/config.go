@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay"
+	"github.com/heraldhq/herald/relay/routefilter"
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -154,6 +155,7 @@ type sinkSpec struct {
 // routeSpec is one validated entry of the routes list.
 type routeSpec struct {
 	topics  []string
+	where   *routefilter.Filter // nil: none
 	targets []targetSpec
 }
 
@@ -178,6 +180,7 @@ type rawFile struct {
 
 type rawRoute struct {
 	Topics []string    `yaml:"topics"`
+	Where  string      `yaml:"where"`
 	Sinks  []yaml.Node `yaml:"sinks"`
 }
 
@@ -494,6 +497,15 @@ func (d *decoder) parseRoutes(n *yaml.Node, specs []sinkSpec) ([]routeSpec, erro
 	routes := make([]routeSpec, len(raw))
 	for i, r := range raw {
 		routes[i].topics = r.Topics
+		if r.Where != "" {
+			f, err := routefilter.Compile(r.Where)
+			if err != nil {
+				// The YAML line is the route's; the CEL line and column,
+				// in the message, are within the expression.
+				return nil, fieldErr(valueNode(n.Content[i], "where"), fmt.Sprintf("routes[%d].where", i), "invalid CEL expression: "+err.Error())
+			}
+			routes[i].where = f
+		}
 		for j, tn := range r.Sinks {
 			path := fmt.Sprintf("routes[%d].sinks[%d]", i, j)
 			var t rawTarget
@@ -531,6 +543,17 @@ func (d *decoder) parseRoutes(n *yaml.Node, specs []sinkSpec) ([]routeSpec, erro
 	return routes, nil
 }
 
+// valueNode returns the value of key in mapping m, or m when it has none,
+// for the line an error points at.
+func valueNode(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return m
+}
+
 // relayConfig assembles the engine's configuration with the given sinks.
 func (f *File) relayConfig(byName map[string]sinks.Sink) relay.Config {
 	r := f.Relay
@@ -554,7 +577,7 @@ func (f *File) relayConfig(byName map[string]sinks.Sink) relay.Config {
 		MetricsTopics:       r.MetricsTopics,
 	}
 	for _, rs := range f.routes {
-		route := relay.Route{Topics: rs.topics}
+		route := relay.Route{Topics: rs.topics, Where: rs.where}
 		for _, t := range rs.targets {
 			route.Targets = append(route.Targets, relay.Target{Sink: byName[t.sink], Destination: t.destination})
 		}
@@ -582,27 +605,34 @@ func (f *File) Tables() migrations.Tables {
 	return migrations.Tables{Schema: f.Database.Schema, Table: f.Database.Table}.WithDefaults()
 }
 
-// RouteSinks returns the names of the sinks the first route matching topic
-// sends to, or nil when no route matches.
+// RouteSinks returns the names of the sinks an event of topic may be sent
+// to: those of the first route matching topic, and, when that route has a
+// where filter (so the route depends on the event), those of the later
+// matching routes up to the first without one. Nil when no route matches.
 func (f *File) RouteSinks(topic string) []string {
+	var names []string
 	for _, r := range f.routes {
-		for _, p := range r.topics {
-			if relay.MatchTopic(p, topic) {
-				names := make([]string, len(r.targets))
-				for i, t := range r.targets {
-					names[i] = t.sink
-				}
-				return names
+		if !slices.ContainsFunc(r.topics, func(p string) bool { return relay.MatchTopic(p, topic) }) {
+			continue
+		}
+		for _, t := range r.targets {
+			if !slices.Contains(names, t.sink) {
+				names = append(names, t.sink)
 			}
 		}
+		if r.where == nil {
+			break
+		}
 	}
-	return nil
+	return names
 }
 
 // Route describes a route of the file for people (relay config check).
 type Route struct {
 	// Topics are the route's topic patterns.
 	Topics []string
+	// Where is the route's filter as written; empty means none.
+	Where string
 	// Targets are the route's sinks, in order.
 	Targets []RouteTarget
 }
@@ -625,6 +655,9 @@ func (f *File) Routes() []Route {
 	out := make([]Route, len(f.routes))
 	for i, r := range f.routes {
 		out[i].Topics = slices.Clone(r.topics)
+		if r.where != nil {
+			out[i].Where = r.where.String()
+		}
 		for _, t := range r.targets {
 			out[i].Targets = append(out[i].Targets, RouteTarget{Sink: t.sink, Type: types[t.sink], Destination: t.source})
 		}
