@@ -110,13 +110,15 @@ func (c Config) withDefaults() Config {
 // password.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || u.User == nil {
+		// Unparsable, or parsed without user information although it may
+		// hold some ("user:password@host" lacks a scheme).
 		if i := strings.LastIndex(raw, "@"); i >= 0 {
 			return "[redacted]@" + raw[i+1:]
 		}
-		return "[unparsable URL]"
-	}
-	if u.User == nil {
+		if err != nil {
+			return "[unparsable URL]"
+		}
 		return raw
 	}
 	u.User = nil
