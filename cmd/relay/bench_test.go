@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/sinks/nats/natstest"
+	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
 )
 
 func TestBenchJSON(t *testing.T) {
@@ -97,6 +98,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--sink", "email", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--sink: "email"`},
 		{[]string{"bench", "--sink", "kafka", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--kafka-brokers: required with --sink kafka"},
 		{[]string{"bench", "--sink", "webhook", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--webhook-url: required with --sink webhook"},
+		{[]string{"bench", "--sink", "rabbitmq", "--rabbitmq-url", "http://guest:s3cret@127.0.0.1:5672/", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--rabbitmq-url: not an AMQP URI"},
 		{[]string{"bench", "--nats-embedded", "--database-url", "postgres://u@127.0.0.1:1/db"}, "unknown flag: --nats-embedded"},
 		{[]string{"bench", "--schema", "x", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--schema: relay bench creates"},
 		{[]string{"bench"}, "--database-url: no database given"},
@@ -113,9 +115,9 @@ func TestBenchUsageErrors(t *testing.T) {
 }
 
 // TestBenchSinksAtPeers runs the binary's bench against peers it is given,
-// as docs/benchmarks.md does: the real NATS server, a Kafka broker (kfake)
-// and a webhook receiver started by the test, not by the binary. The
-// receiver counts what reached it.
+// as docs/benchmarks.md does: the real NATS server and RabbitMQ broker, a
+// Kafka broker (kfake) and a webhook receiver started by the test, not by
+// the binary. The receiver counts what reached it.
 func TestBenchSinksAtPeers(t *testing.T) {
 	t.Parallel()
 	url, _ := dbURL(t)
@@ -136,9 +138,10 @@ func TestBenchSinksAtPeers(t *testing.T) {
 	t.Cleanup(receiver.Close)
 
 	cases := map[string][]string{
-		"nats":    {"--sink", "nats", "--nats-url", natstest.URL(t)},
-		"kafka":   {"--sink", "kafka", "--kafka-brokers", strings.Join(kafkaBroker.ListenAddrs(), ","), "--kafka-partitions", "4"},
-		"webhook": {"--sink", "webhook", "--webhook-url", receiver.URL + "/hook"},
+		"nats":     {"--sink", "nats", "--nats-url", natstest.URL(t)},
+		"kafka":    {"--sink", "kafka", "--kafka-brokers", strings.Join(kafkaBroker.ListenAddrs(), ","), "--kafka-partitions", "4"},
+		"webhook":  {"--sink", "webhook", "--webhook-url", receiver.URL + "/hook"},
+		"rabbitmq": {"--sink", "rabbitmq", "--rabbitmq-url", rabbitmqtest.URL(t)},
 	}
 	for name, sinkArgs := range cases {
 		t.Run(name, func(t *testing.T) {

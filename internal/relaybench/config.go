@@ -48,6 +48,8 @@ const (
 	SinkNATS    = "nats"
 	SinkKafka   = "kafka"
 	SinkWebhook = "webhook"
+	// SinkRabbitMQ publishes to a throwaway queue on RabbitMQURL.
+	SinkRabbitMQ = "rabbitmq"
 )
 
 // Config configures a run. Zero fields take the default their comment
@@ -111,7 +113,8 @@ type Config struct {
 	// them.
 	Progress io.Writer
 
-	// Sink is SinkDiscard, SinkNATS, SinkKafka or SinkWebhook. Defaults to
+	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook or
+	// SinkRabbitMQ. Defaults to
 	// SinkDiscard.
 	Sink string
 	// NATSURL is the JetStream server for SinkNATS. Defaults to
@@ -136,6 +139,11 @@ type Config struct {
 	// KafkaPartitions is the partition count of the throwaway Kafka topic.
 	// Defaults to 8.
 	KafkaPartitions int
+	// RabbitMQURL is the broker for SinkRabbitMQ, an AMQP URI. The run
+	// declares a throwaway durable queue there (bound through the default
+	// exchange) and deletes it at the end. Defaults to
+	// amqp://guest:guest@127.0.0.1:5672/.
+	RabbitMQURL string
 	// WebhookURL is the receiver SinkWebhook posts to; it must answer 2xx.
 	// Required for SinkWebhook.
 	WebhookURL string
@@ -183,6 +191,7 @@ const (
 	DefaultDuration        = 30 * time.Second
 	DefaultNATSURL         = "nats://127.0.0.1:4222"
 	DefaultNATSMaxMsgs     = 200_000
+	DefaultRabbitMQURL     = "amqp://guest:guest@127.0.0.1:5672/"
 	DefaultKafkaPartitions = 8
 	DefaultTimeout         = 5 * time.Minute
 
@@ -271,6 +280,9 @@ func (c Config) WithDefaults() Config {
 	if c.NATSURL == "" {
 		c.NATSURL = DefaultNATSURL
 	}
+	if c.RabbitMQURL == "" {
+		c.RabbitMQURL = DefaultRabbitMQURL
+	}
 	if c.NATSMaxMsgs == 0 {
 		c.NATSMaxMsgs = DefaultNATSMaxMsgs
 	}
@@ -352,6 +364,10 @@ func (c Config) Validate() error {
 				return fmt.Errorf("--kafka-brokers: broker %d %q: %w", i+1, b, err)
 			}
 		}
+	case SinkRabbitMQ:
+		if u, err := url.Parse(c.RabbitMQURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+			return errors.New("--rabbitmq-url: not an AMQP URI such as amqp://user:password@host:5672/")
+		}
 	case SinkWebhook:
 		if c.WebhookURL == "" {
 			return errors.New("--webhook-url: required with --sink webhook")
@@ -360,7 +376,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--webhook-url: %q is not an http(s) URL", c.WebhookURL)
 		}
 	default:
-		return fmt.Errorf("--sink: %q must be discard, nats, kafka or webhook", c.Sink)
+		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook or rabbitmq", c.Sink)
 	}
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)

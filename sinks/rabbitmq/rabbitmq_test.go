@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,44 +18,14 @@ import (
 
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
+	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// defaultURL is the shared broker's URL when RABBITMQ_URL is not set.
-const defaultURL = "amqp://guest:guest@127.0.0.1:5672/"
-
-var (
-	probeOnce sync.Once
-	probeErr  error
-)
-
-// brokerURL returns $RABBITMQ_URL or defaultURL. When no broker answers
-// there, the test fails if CI=true and is skipped otherwise.
-func brokerURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("RABBITMQ_URL")
-	if u == "" {
-		u = defaultURL
-	}
-	probeOnce.Do(func() {
-		conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-		if err == nil {
-			conn.Close()
-		}
-		probeErr = err
-	})
-	if probeErr != nil {
-		msg := fmt.Sprintf("no RabbitMQ broker at %s (%v); start one with rabbitmq-server -detached (or set RABBITMQ_URL)",
-			u, probeErr)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return u
-}
+// brokerURL returns the shared broker's URL (see rabbitmqtest.URL).
+func brokerURL(t *testing.T) string { return rabbitmqtest.URL(t) }
 
 // broker is a test's own connection to the broker, for declaring and
 // reading queues.
