@@ -20,7 +20,8 @@
 //
 // # Delivery
 //
-// Publish sends the whole batch on one channel in confirm mode, at most
+// Publish sends the whole batch on one channel in confirm mode (a channel
+// per concurrent call, kept open for later calls), at most
 // max_pending unconfirmed at a time, then waits for every confirm (each
 // bounded by confirm_timeout and by the context). An event is reported
 // delivered only when the broker acknowledged it: for a persistent message
@@ -31,9 +32,10 @@
 //
 // # Order
 //
-// One channel carries every message, in slice order, and Publish returns
-// only when the batch is confirmed, so the events of one key reach a queue
-// in order within and across calls. Once an event of key K fails before it
+// One channel carries a call's messages, in slice order, and Publish
+// returns only when the batch is confirmed, so the events of one key reach
+// a queue in order within and across calls (the relay never publishes one
+// key in two calls at once). Once an event of key K fails before it
 // is sent, the later events of K in the call are not sent (sinks.ErrSkipped).
 // An event that fails after it was sent (returned, refused) leaves the later
 // events of K as they went: the relay holds them back behind the failed one
@@ -45,9 +47,9 @@
 // the network closed the connection, dials again on the next call: a
 // publish during an outage fails at once as Unavailable, and the relay's
 // pause decides when to try again. A channel the broker closed (a missing
-// exchange closes it) or a batch left with unconfirmed messages is replaced
-// by a fresh one on the next call, so a late confirm cannot be taken for a
-// later message's.
+// exchange closes it), or that a call left with unconfirmed messages, is
+// closed and not used again, so a late confirm cannot be taken for a later
+// message's.
 //
 // # Errors
 //
@@ -105,15 +107,21 @@ type Sink struct {
 	conn   *amqp.Connection
 	closed bool
 
-	pubMu   sync.Mutex // serialises Publish and guards ch, returns and closes
+	idleMu sync.Mutex // guards idle
+	idle   []*pubChannel
+}
+
+// pubChannel is a channel in confirm mode with its notifications. One
+// Publish call uses it at a time.
+type pubChannel struct {
 	ch      *amqp.Channel
 	returns chan amqp.Return
 	closes  chan *amqp.Error
 }
 
 var (
-	_ sinks.Sink               = (*Sink)(nil)
-	_ sinks.DestinationChecker = (*Sink)(nil)
+	_ sinks.ConcurrentPublisher = (*Sink)(nil)
+	_ sinks.DestinationChecker  = (*Sink)(nil)
 )
 
 // New validates cfg, fills its defaults and returns the sink. It connects
@@ -143,6 +151,14 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 
 // Name returns the sink's name.
 func (s *Sink) Name() string { return s.name }
+
+// PublishesConcurrently implements sinks.ConcurrentPublisher: each Publish
+// call publishes on a channel of its own (taken from the idle ones or
+// opened), and the broker serves channels in parallel. Order holds because
+// concurrent calls never share a key, and a call returns only once its
+// messages are confirmed, so they are in their queues before a later call
+// sends the next events of their keys.
+func (s *Sink) PublishesConcurrently() bool { return true }
 
 // connection returns the connection, dialling it when there is none or the
 // last one closed.
@@ -178,14 +194,19 @@ func (s *Sink) connection(ctx context.Context) (*amqp.Connection, error) {
 	return conn, nil
 }
 
-// channel returns the publishing channel, in confirm mode, opening it (and
-// the connection) when there is none or the last one closed. The caller
-// holds pubMu.
-func (s *Sink) channel(ctx context.Context) (*amqp.Channel, error) {
-	if s.ch != nil && !s.ch.IsClosed() {
-		return s.ch, nil
+// channel returns an open publishing channel: an idle one, or a new one
+// (dialling the connection when it is down).
+func (s *Sink) channel(ctx context.Context) (*pubChannel, error) {
+	s.idleMu.Lock()
+	for len(s.idle) > 0 {
+		pc := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		if !pc.ch.IsClosed() {
+			s.idleMu.Unlock()
+			return pc, nil
+		}
 	}
-	s.ch = nil
+	s.idleMu.Unlock()
 	conn, err := s.connection(ctx)
 	if err != nil {
 		return nil, err
@@ -198,30 +219,36 @@ func (s *Sink) channel(ctx context.Context) (*amqp.Channel, error) {
 		_ = ch.Close()
 		return nil, classify(fmt.Errorf("putting the channel in confirm mode: %w", err))
 	}
-	// Returns are read while confirms are awaited, and at most MaxPending
-	// messages are unconfirmed: a buffer that large never fills, which
-	// matters because the library drops a return it cannot deliver.
-	s.returns = ch.NotifyReturn(make(chan amqp.Return, s.cfg.MaxPending))
-	s.closes = ch.NotifyClose(make(chan *amqp.Error, 1))
-	s.ch = ch
-	return ch, nil
+	return &pubChannel{
+		ch: ch,
+		// Returns are read while confirms are awaited, and at most
+		// MaxPending messages are unconfirmed: a buffer that large never
+		// fills, which matters because the library drops a return it
+		// cannot deliver.
+		returns: ch.NotifyReturn(make(chan amqp.Return, s.cfg.MaxPending)),
+		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+	}, nil
 }
 
-// dropChannel closes the publishing channel, so the next call opens a fresh
-// one. The caller holds pubMu.
-func (s *Sink) dropChannel() {
-	if s.ch != nil {
-		_ = s.ch.Close()
-		s.ch = nil
+// release hands pc back for the next call, or closes it when it may still
+// owe confirms (a late confirm would be taken for a later message's) or
+// is closed.
+func (s *Sink) release(pc *pubChannel, unsettled bool) {
+	if !unsettled && !pc.ch.IsClosed() {
+		s.idleMu.Lock()
+		s.idle = append(s.idle, pc)
+		s.idleMu.Unlock()
+		return
 	}
+	_ = pc.ch.Close()
 }
 
-// closeReason returns why the publishing channel closed. The library sends
-// the reason before it fails the pending confirms, so it is there when a
-// confirm failed because of the close. The caller holds pubMu.
-func (s *Sink) closeReason() error {
+// closeReason returns why pc closed. The library sends the reason before it
+// fails the pending confirms, so it is there when a confirm failed because
+// of the close.
+func (pc *pubChannel) closeReason() error {
 	select {
-	case e, ok := <-s.closes:
+	case e, ok := <-pc.closes:
 		if ok && e != nil {
 			return e
 		}
@@ -313,20 +340,14 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 		b.failFrom(0, err)
 		return errs
 	}
-	s.pubMu.Lock()
-	defer s.pubMu.Unlock()
-	ch, err := s.channel(ctx)
+	pc, err := s.channel(ctx)
 	if err != nil {
 		b.failFrom(0, err)
 		return errs
 	}
-	b.ch, b.returns = ch, s.returns
+	b.pc, b.ch, b.returns = pc, pc.ch, pc.returns
 	b.run(ctx)
-	if b.unsettled {
-		// Confirms still owed on this channel would be matched to no one,
-		// and its returns buffer could fill: start the next call afresh.
-		s.dropChannel()
-	}
+	s.release(pc, b.unsettled)
 	return errs
 }
 
@@ -335,6 +356,7 @@ type batch struct {
 	sink     *Sink
 	events   []sinks.Event
 	errs     []error
+	pc       *pubChannel
 	ch       *amqp.Channel
 	returns  <-chan amqp.Return
 	failed   map[string]bool        // keys with a failed event so far
@@ -481,7 +503,7 @@ func (b *batch) settle(p pending) {
 	// The broker handles a channel's messages in order and acknowledged
 	// the earlier ones, so the first unconfirmed message is the one it
 	// closed the channel for; the later ones were not handled.
-	err := classify(fmt.Errorf("the broker closed the channel: %w", b.sink.closeReason()))
+	err := classify(fmt.Errorf("the broker closed the channel: %w", b.pc.closeReason()))
 	b.fail(p.i, err)
 	if sinks.IsUnavailable(err) {
 		b.closeErr = err
@@ -545,14 +567,17 @@ func classify(err error) error {
 	return err
 }
 
-// Close closes the channel and the connection, within ctx's deadline (or
+// Close closes the channels and the connection, within ctx's deadline (or
 // confirm_timeout when ctx has none). Publish waits for nothing after
 // returning, so there is nothing to flush. Publish and Check fail with
 // ErrClosed (Unavailable) afterwards. Close is idempotent.
 func (s *Sink) Close(ctx context.Context) error {
-	s.pubMu.Lock()
-	s.dropChannel()
-	s.pubMu.Unlock()
+	s.idleMu.Lock()
+	for _, pc := range s.idle {
+		_ = pc.ch.Close()
+	}
+	s.idle = nil
+	s.idleMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
