@@ -240,7 +240,10 @@ func (s *Sink) release(pc *pubChannel, unsettled bool) {
 		s.idleMu.Unlock()
 		return
 	}
-	_ = pc.ch.Close()
+	// Closing waits for the broker's close-ok, which a stalled broker may
+	// never send: the call must not wait for it. The close ends when the
+	// broker answers or the connection ends.
+	go func() { _ = pc.ch.Close() }()
 }
 
 // closeReason returns why pc closed. The library sends the reason before it

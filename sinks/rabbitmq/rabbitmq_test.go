@@ -423,10 +423,14 @@ func TestCheckDestinations(t *testing.T) {
 }
 
 // proxy forwards TCP connections to the broker and can cut them all, as a
-// broker-side close or a network failure would.
+// broker-side close or a network failure would, or hold back what the
+// broker sends, as a stalled broker would.
 type proxy struct {
 	l        net.Listener
 	upstream string
+	// held is write-locked while the broker's bytes are held back; the
+	// copier read-locks it around each write to the client.
+	held     sync.RWMutex
 	mu       sync.Mutex
 	conns    []net.Conn
 	accepted int
@@ -460,7 +464,26 @@ func (p *proxy) serve() {
 		p.accepted++
 		p.mu.Unlock()
 		go func() { _, _ = io.Copy(up, c); up.Close() }()
-		go func() { _, _ = io.Copy(c, up); c.Close() }()
+		go func() { p.copyHeld(c, up); c.Close() }()
+	}
+}
+
+// copyHeld copies from to to, waiting while the proxy holds.
+func (p *proxy) copyHeld(to io.Writer, from io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			p.held.RLock()
+			_, werr := to.Write(buf[:n])
+			p.held.RUnlock()
+			if werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
@@ -540,5 +563,46 @@ func TestPublishAfterClose(t *testing.T) {
 	}
 	if err := s.Publish(ctx, []sinks.Event{sinktest.Event("q", "", []byte(`{}`))})[0]; !errors.Is(err, rabbitmq.ErrClosed) || !sinks.IsUnavailable(err) {
 		t.Fatalf("Publish after Close: %v, want Unavailable ErrClosed", err)
+	}
+}
+
+// TestConfirmTimeoutIsRetryable holds back everything the broker sends
+// (confirms included) while a batch waits: each event fails retryable after
+// confirm_timeout, not permanent and not unavailable. Once the broker's
+// bytes flow again, the same sink publishes the batch again on a fresh
+// channel, and the late confirms of the first attempt are not taken for
+// the second's.
+func TestConfirmTimeoutIsRetryable(t *testing.T) {
+	t.Parallel()
+	u := brokerURL(t)
+	b := newBroker(t, u)
+	q := b.queue(t, uniqueName("herald_test"), nil)
+	direct, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t, direct.Host)
+	viaProxy := *direct
+	viaProxy.Host = p.l.Addr().String()
+	s := open(t, rabbitmq.Config{URL: secret(viaProxy.String()), ConfirmTimeout: 300 * time.Millisecond})
+	publishOK(t, s, sinktest.Event(q, "", []byte(`{"warm":true}`))) // connected, a channel idle
+	events := []sinks.Event{sinktest.Event(q, "k", []byte(`{"n":1}`)), sinktest.Event(q, "k", []byte(`{"n":2}`)), sinktest.Event(q, "j", []byte(`{"n":3}`))}
+	p.held.Lock()
+	errs := publish(t, s, events...)
+	p.held.Unlock()
+	for i, err := range errs {
+		if err == nil || sinks.IsPermanent(err) || sinks.IsUnavailable(err) {
+			t.Fatalf("event %d while the broker's confirms are held back: %v, want a retryable error", i, err)
+		}
+	}
+	if !strings.Contains(errs[0].Error(), "confirm_timeout") {
+		t.Fatalf("event 0: %v, want it to name confirm_timeout", errs[0])
+	}
+	publishOK(t, s, events...)
+	// The first attempt reached the queue too (the confirms, not the
+	// messages, were held): 1 + 3 + 3.
+	got := b.waitMessages(t, q, 7)
+	if got[len(got)-1].MessageId != events[2].ID {
+		t.Fatalf("last message %s, want %s", got[len(got)-1].MessageId, events[2].ID)
 	}
 }
