@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/sinks/nats/natstest"
+	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
 	"github.com/heraldhq/herald/sinks/redis/redistest"
 )
 
@@ -99,6 +100,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--sink", "kafka", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--kafka-brokers: required with --sink kafka"},
 		{[]string{"bench", "--sink", "webhook", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--webhook-url: required with --sink webhook"},
 		{[]string{"bench", "--sink", "redis", "--redis-url", "http://u:pa55@127.0.0.1:6379", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--redis-url: url: "http://[redacted]@127.0.0.1:6379": the scheme must be redis, rediss or unix`},
+		{[]string{"bench", "--sink", "rabbitmq", "--rabbitmq-url", "http://guest:s3cret@127.0.0.1:5672/", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--rabbitmq-url: not an AMQP URI"},
 		{[]string{"bench", "--nats-embedded", "--database-url", "postgres://u@127.0.0.1:1/db"}, "unknown flag: --nats-embedded"},
 		{[]string{"bench", "--schema", "x", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--schema: relay bench creates"},
 		{[]string{"bench"}, "--database-url: no database given"},
@@ -115,9 +117,9 @@ func TestBenchUsageErrors(t *testing.T) {
 }
 
 // TestBenchSinksAtPeers runs the binary's bench against peers it is given,
-// as docs/benchmarks.md does: the real NATS server, a Kafka broker (kfake)
-// and a webhook receiver started by the test, not by the binary. The
-// receiver counts what reached it.
+// as docs/benchmarks.md does: the real NATS server and RabbitMQ broker, a
+// Kafka broker (kfake) and a webhook receiver started by the test, not by
+// the binary. The receiver counts what reached it.
 func TestBenchSinksAtPeers(t *testing.T) {
 	t.Parallel()
 	url, _ := dbURL(t)
@@ -138,10 +140,11 @@ func TestBenchSinksAtPeers(t *testing.T) {
 	t.Cleanup(receiver.Close)
 
 	cases := map[string][]string{
-		"nats":    {"--sink", "nats", "--nats-url", natstest.URL(t)},
-		"kafka":   {"--sink", "kafka", "--kafka-brokers", strings.Join(kafkaBroker.ListenAddrs(), ","), "--kafka-partitions", "4"},
-		"webhook": {"--sink", "webhook", "--webhook-url", receiver.URL + "/hook"},
-		"redis":   {"--sink", "redis", "--redis-url", redistest.URL(t)},
+		"nats":     {"--sink", "nats", "--nats-url", natstest.URL(t)},
+		"kafka":    {"--sink", "kafka", "--kafka-brokers", strings.Join(kafkaBroker.ListenAddrs(), ","), "--kafka-partitions", "4"},
+		"webhook":  {"--sink", "webhook", "--webhook-url", receiver.URL + "/hook"},
+		"rabbitmq": {"--sink", "rabbitmq", "--rabbitmq-url", rabbitmqtest.URL(t)},
+		"redis":    {"--sink", "redis", "--redis-url", redistest.URL(t)},
 	}
 	for name, sinkArgs := range cases {
 		t.Run(name, func(t *testing.T) {

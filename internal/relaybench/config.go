@@ -50,7 +50,10 @@ const (
 	SinkNATS    = "nats"
 	SinkKafka   = "kafka"
 	SinkWebhook = "webhook"
-	SinkRedis   = "redis"
+	// SinkRabbitMQ publishes to a throwaway queue on RabbitMQURL.
+	SinkRabbitMQ = "rabbitmq"
+	// SinkRedis publishes to a throwaway stream on RedisURL.
+	SinkRedis = "redis"
 )
 
 // Config configures a run. Zero fields take the default their comment
@@ -114,7 +117,8 @@ type Config struct {
 	// them.
 	Progress io.Writer
 
-	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook or SinkRedis. Defaults to
+	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook, SinkRedis or
+	// SinkRabbitMQ. Defaults to
 	// SinkDiscard.
 	Sink string
 	// NATSURL is the JetStream server for SinkNATS. Defaults to
@@ -139,6 +143,11 @@ type Config struct {
 	// KafkaPartitions is the partition count of the throwaway Kafka topic.
 	// Defaults to 8.
 	KafkaPartitions int
+	// RabbitMQURL is the broker for SinkRabbitMQ, an AMQP URI. The run
+	// declares a throwaway durable queue there (bound through the default
+	// exchange) and deletes it at the end. Defaults to
+	// amqp://guest:guest@127.0.0.1:5672/.
+	RabbitMQURL string
 	// WebhookURL is the receiver SinkWebhook posts to; it must answer 2xx.
 	// Required for SinkWebhook.
 	WebhookURL string
@@ -193,6 +202,7 @@ const (
 	DefaultRedisURL        = "redis://127.0.0.1:6379/0"
 	DefaultRedisMaxLen     = 200_000
 	DefaultNATSMaxMsgs     = 200_000
+	DefaultRabbitMQURL     = "amqp://guest:guest@127.0.0.1:5672/"
 	DefaultKafkaPartitions = 8
 	DefaultTimeout         = 5 * time.Minute
 
@@ -284,6 +294,9 @@ func (c Config) WithDefaults() Config {
 	if c.RedisURL == "" {
 		c.RedisURL = DefaultRedisURL
 	}
+	if c.RabbitMQURL == "" {
+		c.RabbitMQURL = DefaultRabbitMQURL
+	}
 	if c.NATSMaxMsgs == 0 {
 		c.NATSMaxMsgs = DefaultNATSMaxMsgs
 	}
@@ -365,6 +378,10 @@ func (c Config) Validate() error {
 				return fmt.Errorf("--kafka-brokers: broker %d %q: %w", i+1, b, err)
 			}
 		}
+	case SinkRabbitMQ:
+		if u, err := url.Parse(c.RabbitMQURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+			return errors.New("--rabbitmq-url: not an AMQP URI such as amqp://user:password@host:5672/")
+		}
 	case SinkWebhook:
 		if c.WebhookURL == "" {
 			return errors.New("--webhook-url: required with --sink webhook")
@@ -377,7 +394,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--redis-url: %w", err)
 		}
 	default:
-		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook or redis", c.Sink)
+		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis or rabbitmq", c.Sink)
 	}
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)

@@ -12,12 +12,14 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/kafka"
 	natssink "github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
@@ -54,6 +56,8 @@ func startDestination(ctx context.Context, cfg Config, name string, logger *slog
 		err = d.startWebhook(cfg, logger)
 	case SinkRedis:
 		err = d.startRedis(ctx, cfg, name, logger)
+	case SinkRabbitMQ:
+		err = d.startRabbitMQ(cfg, name, logger)
 	}
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -153,6 +157,42 @@ func (d *destinationEnv) startWebhook(cfg Config, logger *slog.Logger) error {
 	secret := sinks.Secret("whsec_" + base64.StdEncoding.EncodeToString(key))
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
 		return webhook.New(sinkName, webhook.Config{URL: cfg.WebhookURL, Secret: secret}, logger)
+	}
+	return nil
+}
+
+// rabbitMQMaxLength caps the throwaway queue, the oldest messages dropped,
+// for the reason DefaultNATSMaxMsgs caps the stream: nothing consumes it,
+// and the bench verifies deliveries by the sink's confirms.
+const rabbitMQMaxLength = 200_000
+
+// startRabbitMQ declares a throwaway durable queue on cfg.RabbitMQURL
+// (deleted at the end); the sinks publish persistent messages to it through
+// the default exchange, so every confirm follows a write to disk.
+func (d *destinationEnv) startRabbitMQ(cfg Config, name string, logger *slog.Logger) error {
+	conn, err := amqp.DialConfig(cfg.RabbitMQURL, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+	if err != nil {
+		// amqp091's errors name the host, never the URL's password.
+		return fmt.Errorf("--rabbitmq-url: connecting: %w", err)
+	}
+	d.closers = append(d.closers, func(context.Context) error { return conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("--rabbitmq-url: opening a channel: %w", err)
+	}
+	queue := "herald_bench_" + name
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-max-length": int32(rabbitMQMaxLength)}); err != nil {
+		return fmt.Errorf("declaring RabbitMQ queue %s: %w", queue, err)
+	}
+	d.closers = append(d.closers, func(context.Context) error {
+		if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
+			return fmt.Errorf("deleting RabbitMQ queue %s: %w", queue, err)
+		}
+		return nil
+	})
+	d.destination = literal(queue)
+	d.newSink = func(sinkName string) (sinks.Sink, error) {
+		return rabbitmq.New(sinkName, rabbitmq.Config{URL: sinks.Secret(cfg.RabbitMQURL)}, logger)
 	}
 	return nil
 }

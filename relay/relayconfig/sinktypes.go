@@ -12,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/sinks/email"
 	"github.com/heraldhq/herald/sinks/kafka"
 	"github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
@@ -33,11 +34,12 @@ var sinkTypes = map[string]sinkType{
 	"discard": sinkTypeOf(func(name string, _ noConfig, _ *slog.Logger) (*sinks.Discard, error) {
 		return sinks.NewDiscard(name), nil
 	}),
-	"kafka":   sinkTypeOf(kafka.New),
-	"nats":    sinkTypeOf(nats.New),
-	"webhook": sinkTypeOf(webhook.New),
-	"email":   sinkTypeOf(email.New),
-	"redis":   sinkTypeOf(redis.New),
+	"kafka":    sinkTypeOf(kafka.New),
+	"nats":     sinkTypeOf(nats.New),
+	"webhook":  sinkTypeOf(webhook.New),
+	"email":    sinkTypeOf(email.New),
+	"rabbitmq": sinkTypeOf(rabbitmq.New),
+	"redis":    sinkTypeOf(redis.New),
 }
 
 // noConfig is the settings of a sink type that has none.

@@ -1,0 +1,126 @@
+package rabbitmq
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+// Defaults of the optional settings.
+const (
+	// DefaultConfirmTimeout is the default ConfirmTimeout.
+	DefaultConfirmTimeout = 5 * time.Second
+	// DefaultMaxPending is the default MaxPending.
+	DefaultMaxPending = 1024
+	// DefaultMaxMessageSize is the default MaxMessageSize: RabbitMQ's own
+	// default max_message_size (128 MiB, since 3.8).
+	DefaultMaxMessageSize = 128 << 20
+)
+
+// maxShortString is the longest AMQP 0-9-1 short string (exchange names,
+// routing keys, header names): its length travels in one byte.
+const maxShortString = 255
+
+// Config is a RabbitMQ sink's entry in the YAML `sinks:` list (without
+// `name` and `type`).
+type Config struct {
+	// URL is the broker's AMQP URI, amqp://user:password@host:5672/vhost or
+	// amqps:// for TLS. It is a secret (it usually holds the password): it
+	// is redacted wherever it is printed. Required.
+	URL sinks.Secret `yaml:"url"`
+	// Exchange is the exchange every event is published to; the route's
+	// destination is the routing key. It must exist (the sink does not
+	// declare topology). Defaults to "", the default exchange, which routes
+	// to the queue named by the routing key.
+	Exchange string `yaml:"exchange"`
+	// Mandatory publishes with the mandatory flag, so that the broker
+	// returns a message no queue is bound to receive, and the sink reports
+	// that event as a permanent failure. With false the broker drops such a
+	// message silently and the event counts as delivered. Defaults to true.
+	Mandatory *bool `yaml:"mandatory"`
+	// TLS configures TLS. An amqps:// URL turns TLS on by itself.
+	TLS sinks.TLSConfig `yaml:"tls"`
+	// ConfirmTimeout bounds the wait for each publisher confirm, on top of
+	// the deadline of the Publish context. Defaults to 5s.
+	ConfirmTimeout time.Duration `yaml:"confirm_timeout"`
+	// MaxPending is the most messages in flight (published, not yet
+	// confirmed) at once; a larger batch waits for the oldest confirms
+	// before sending more. Defaults to 1024.
+	MaxPending int `yaml:"max_pending"`
+	// MaxMessageSize is the largest payload sent; a larger event fails
+	// permanently without being sent. Keep it at or below the broker's
+	// max_message_size. Defaults to 134217728 (128 MiB, RabbitMQ's default).
+	MaxMessageSize int `yaml:"max_message_size"`
+}
+
+// Validate reports the first configuration problem, naming the key.
+func (c Config) Validate() error {
+	raw := c.URL.Reveal()
+	if raw == "" {
+		return errors.New("url: required (for example amqp://guest:guest@127.0.0.1:5672/)")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("url: %q is not an AMQP URI such as amqp://user:password@host:5672/", redactURL(raw))
+	}
+	if u.Scheme != "amqp" && u.Scheme != "amqps" {
+		return fmt.Errorf("url: %q: the scheme must be amqp or amqps", redactURL(raw))
+	}
+	if len(c.Exchange) > maxShortString {
+		return fmt.Errorf("exchange: %d bytes, over AMQP's limit of %d", len(c.Exchange), maxShortString)
+	}
+	if c.ConfirmTimeout < 0 {
+		return fmt.Errorf("confirm_timeout: %s must not be negative", c.ConfirmTimeout)
+	}
+	if c.MaxPending < 0 {
+		return fmt.Errorf("max_pending: %d must not be negative", c.MaxPending)
+	}
+	if c.MaxMessageSize < 0 {
+		return fmt.Errorf("max_message_size: %d must not be negative", c.MaxMessageSize)
+	}
+	if _, err := c.TLS.Build("tls"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// withDefaults returns c with the defaults of unset fields filled in.
+func (c Config) withDefaults() Config {
+	if c.Mandatory == nil {
+		on := true
+		c.Mandatory = &on
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = DefaultConfirmTimeout
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	return c
+}
+
+// redactURL returns raw without its user information, which holds the
+// password.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		// Unparsable, or parsed without user information although it may
+		// hold some ("user:password@host" lacks a scheme).
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return "[redacted]@" + raw[i+1:]
+		}
+		if err != nil {
+			return "[unparsable URL]"
+		}
+		return raw
+	}
+	u.User = nil
+	return strings.Replace(u.String(), "://", "://[redacted]@", 1)
+}

@@ -1,0 +1,601 @@
+// Package rabbitmq is Herald's RabbitMQ sink: it publishes each event to one
+// exchange (the default exchange unless configured) with the event's
+// Destination as the routing key, over AMQP 0-9-1 with publisher confirms.
+//
+// # Messages
+//
+// The body is the event's payload, byte for byte. Properties: message_id =
+// the event id (the consumers' dedupe key), content_type = the payload's
+// media type, delivery_mode = 2 (persistent), timestamp = the event's
+// creation time. Headers: every event header under its own name (string
+// values), plus
+//
+//	herald-topic   the event's topic
+//	herald-key     the event's key (absent when the event has none)
+//
+// An event header named CC or BCC (RabbitMQ copies the message to the
+// routing keys they list), a header name or routing key over AMQP's 255
+// bytes, or a payload over max_message_size fails the event permanently,
+// unsent.
+//
+// # Delivery
+//
+// Publish sends the whole batch on one channel in confirm mode (a channel
+// per concurrent call, kept open for later calls), at most
+// max_pending unconfirmed at a time, then waits for every confirm (each
+// bounded by confirm_timeout and by the context). An event is reported
+// delivered only when the broker acknowledged it: for a persistent message
+// to a durable queue, once the queue has written it to disk. With mandatory
+// (the default) the broker returns a message no queue is bound to receive
+// before it acknowledges it; the sink reports that event as a permanent
+// failure naming the exchange and routing key.
+//
+// # Order
+//
+// One channel carries a call's messages, in slice order, and Publish
+// returns only when the batch is confirmed, so the events of one key reach
+// a queue in order within and across calls (the relay never publishes one
+// key in two calls at once). Once an event of key K fails before it
+// is sent, the later events of K in the call are not sent (sinks.ErrSkipped).
+// An event that fails after it was sent (returned, refused) leaves the later
+// events of K as they went: the relay holds them back behind the failed one
+// and sends them again, and consumers drop the copies by message_id.
+//
+// # Connection
+//
+// The sink connects on first use (Check or Publish) and, once the broker or
+// the network closed the connection, dials again on the next call: a
+// publish during an outage fails at once as Unavailable, and the relay's
+// pause decides when to try again. A channel the broker closed (a missing
+// exchange closes it), or that a call left with unconfirmed messages, is
+// closed and not used again, so a late confirm cannot be taken for a later
+// message's.
+//
+// # Errors
+//
+//   - connection refused or lost, authentication or vhost refused, TLS
+//     failure, the exchange does not exist (the broker closes the channel
+//     with 404): sinks.Unavailable (the relay pauses the sink). These are
+//     setup errors that affect every event.
+//   - a message returned as unroutable (mandatory), a message the broker
+//     refused as too large (channel closed with 406), or one refused by
+//     encode (see Messages): permanent.
+//   - a negative confirm (a queue full with x-overflow: reject-publish, a
+//     broker-side failure), no confirm within confirm_timeout: retryable,
+//     on that event only.
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+// connectTimeout bounds dialling and the AMQP handshake when the caller's
+// context leaves more time.
+const connectTimeout = 5 * time.Second
+
+// ErrClosed is reported (as Unavailable) by Publish after Close.
+var ErrClosed = errors.New("rabbitmq: sink closed")
+
+// ErrReturned is reported (wrapped, permanent) for an event the broker
+// returned because no queue is bound to receive it.
+var ErrReturned = errors.New("rabbitmq: message returned unroutable")
+
+// ErrNacked is reported (wrapped, retryable) for an event the broker
+// refused with a negative confirm.
+var ErrNacked = errors.New("rabbitmq: broker refused the message (negative confirm)")
+
+// Sink publishes events to RabbitMQ. Create it with New.
+type Sink struct {
+	name    string
+	cfg     Config
+	url     string // the revealed URL, for dialling only
+	shown   string // the URL with its user information redacted
+	amqpCfg amqp.Config
+	logger  *slog.Logger
+
+	mu     sync.Mutex // guards conn and closed
+	conn   *amqp.Connection
+	closed bool
+
+	idleMu sync.Mutex // guards idle
+	idle   []*pubChannel
+}
+
+// pubChannel is a channel in confirm mode with its notifications. One
+// Publish call uses it at a time.
+type pubChannel struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	closes  chan *amqp.Error
+}
+
+var (
+	_ sinks.ConcurrentPublisher = (*Sink)(nil)
+	_ sinks.DestinationChecker  = (*Sink)(nil)
+)
+
+// New validates cfg, fills its defaults and returns the sink. It connects
+// lazily, on the first Check or Publish, so a relay starts while RabbitMQ is
+// down. A nil logger means slog.Default().
+func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if logger == nil {
+		logger = slog.Default()
+	}
+	tlsCfg, err := cfg.TLS.Build("tls")
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{name: name, cfg: cfg, url: cfg.URL.Reveal(), shown: redactURL(cfg.URL.Reveal()), logger: logger}
+	s.amqpCfg = amqp.Config{
+		TLSClientConfig: tlsCfg,
+		// The connection name shows in the management UI and lets an
+		// operator close this relay's connection alone.
+		Properties: amqp.Table{"connection_name": "herald/" + name, "product": "herald"},
+	}
+	return s, nil
+}
+
+// Name returns the sink's name.
+func (s *Sink) Name() string { return s.name }
+
+// PublishesConcurrently implements sinks.ConcurrentPublisher: each Publish
+// call publishes on a channel of its own (taken from the idle ones or
+// opened), and the broker serves channels in parallel. Order holds because
+// concurrent calls never share a key, and a call returns only once its
+// messages are confirmed, so they are in their queues before a later call
+// sends the next events of their keys.
+func (s *Sink) PublishesConcurrently() bool { return true }
+
+// connection returns the connection, dialling it when there is none or the
+// last one closed.
+func (s *Sink) connection(ctx context.Context) (*amqp.Connection, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, sinks.Unavailable(ErrClosed)
+	}
+	if s.conn != nil && !s.conn.IsClosed() {
+		return s.conn, nil
+	}
+	timeout := connectTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	cfg := s.amqpCfg
+	cfg.Dial = amqp.DefaultDial(timeout)
+	conn, err := amqp.DialConfig(s.url, cfg)
+	if err != nil {
+		return nil, sinks.Unavailable(fmt.Errorf("connecting to %s: %w", s.shown, err))
+	}
+	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		// The library closes closes when the connection ends; a nil
+		// error means Close ended it.
+		if err := <-closes; err != nil {
+			s.logger.Warn("rabbitmq sink: connection closed", "sink", s.name, "server", s.shown, "error", err)
+		}
+	}()
+	s.logger.Info("rabbitmq sink: connected", "sink", s.name, "server", s.shown)
+	s.conn = conn
+	return conn, nil
+}
+
+// channel returns an open publishing channel: an idle one, or a new one
+// (dialling the connection when it is down).
+func (s *Sink) channel(ctx context.Context) (*pubChannel, error) {
+	s.idleMu.Lock()
+	for len(s.idle) > 0 {
+		pc := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		if !pc.ch.IsClosed() {
+			s.idleMu.Unlock()
+			return pc, nil
+		}
+	}
+	s.idleMu.Unlock()
+	conn, err := s.connection(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, classify(fmt.Errorf("opening a channel on %s: %w", s.shown, err))
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, classify(fmt.Errorf("putting the channel in confirm mode: %w", err))
+	}
+	return &pubChannel{
+		ch: ch,
+		// Returns are read while confirms are awaited, and at most
+		// MaxPending messages are unconfirmed: a buffer that large never
+		// fills, which matters because the library drops a return it
+		// cannot deliver.
+		returns: ch.NotifyReturn(make(chan amqp.Return, s.cfg.MaxPending)),
+		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+	}, nil
+}
+
+// release hands pc back for the next call, or closes it when it may still
+// owe confirms (a late confirm would be taken for a later message's) or
+// is closed.
+func (s *Sink) release(pc *pubChannel, unsettled bool) {
+	if !unsettled && !pc.ch.IsClosed() {
+		s.idleMu.Lock()
+		s.idle = append(s.idle, pc)
+		s.idleMu.Unlock()
+		return
+	}
+	// Closing waits for the broker's close-ok, which a stalled broker may
+	// never send: the call must not wait for it. The close ends when the
+	// broker answers or the connection ends.
+	go func() { _ = pc.ch.Close() }()
+}
+
+// closeReason returns why pc closed. The library sends the reason before it
+// fails the pending confirms, so it is there when a confirm failed because
+// of the close.
+func (pc *pubChannel) closeReason() error {
+	select {
+	case e, ok := <-pc.closes:
+		if ok && e != nil {
+			return e
+		}
+	default:
+	}
+	return amqp.ErrClosed
+}
+
+// Check implements sinks.Checker: it connects (or reuses the connection) and,
+// when the sink publishes to a named exchange, checks that the exchange
+// exists.
+func (s *Sink) Check(ctx context.Context) error {
+	conn, err := s.connection(ctx)
+	if err != nil {
+		return err
+	}
+	if s.cfg.Exchange == "" {
+		return nil
+	}
+	return onChannel(ctx, conn, func(ch *amqp.Channel) error {
+		if err := ch.ExchangeDeclarePassive(s.cfg.Exchange, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
+			return classify(fmt.Errorf("exchange %q on %s: %w", s.cfg.Exchange, s.shown, err))
+		}
+		return nil
+	})
+}
+
+// CheckDestinations implements sinks.DestinationChecker. It checks that each
+// routing key fits AMQP and, on the default exchange (where a routing key
+// names a queue), that the queue exists. Behind a named exchange the routes
+// depend on bindings the broker does not list per key; Check checks the
+// exchange, and mandatory reports unroutable messages.
+func (s *Sink) CheckDestinations(ctx context.Context, destinations ...string) error {
+	conn, err := s.connection(ctx)
+	if err != nil {
+		return fmt.Errorf("sink %s: %w", s.name, err)
+	}
+	var errs []error
+	for _, d := range destinations {
+		if len(d) > maxShortString {
+			errs = append(errs, fmt.Errorf("sink %s: routing key %.40q… is %d bytes, over AMQP's limit of %d", s.name, d, len(d), maxShortString))
+			continue
+		}
+		if s.cfg.Exchange != "" {
+			continue
+		}
+		// A failed passive declare closes its channel: one channel each.
+		err := onChannel(ctx, conn, func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclarePassive(d, false, false, false, false, nil)
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sink %s: routing key %q on the default exchange: no queue of that name: %w", s.name, d, classify(err)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// onChannel runs f on a channel of its own, closed afterwards, and gives up
+// waiting when ctx ends (the library's calls take no context).
+func onChannel(ctx context.Context, conn *amqp.Connection, f func(*amqp.Channel) error) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return classify(fmt.Errorf("opening a channel: %w", err))
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := f(ch)
+		_ = ch.Close()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Publish sends events and returns one result per event; see the package
+// documentation for delivery, order and error classes.
+func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
+	errs := make([]error, len(events))
+	if len(events) == 0 {
+		return errs
+	}
+	b := &batch{sink: s, events: events, errs: errs, failed: map[string]bool{}, returned: map[string]amqp.Return{}}
+	if err := ctx.Err(); err != nil {
+		b.failFrom(0, err)
+		return errs
+	}
+	pc, err := s.channel(ctx)
+	if err != nil {
+		b.failFrom(0, err)
+		return errs
+	}
+	b.pc, b.ch, b.returns = pc, pc.ch, pc.returns
+	b.run(ctx)
+	s.release(pc, b.unsettled)
+	return errs
+}
+
+// batch is one Publish call in progress.
+type batch struct {
+	sink     *Sink
+	events   []sinks.Event
+	errs     []error
+	pc       *pubChannel
+	ch       *amqp.Channel
+	returns  <-chan amqp.Return
+	failed   map[string]bool        // keys with a failed event so far
+	returned map[string]amqp.Return // returned messages by message id
+	// closeErr is the error of the events left unconfirmed once the channel
+	// closed, after the first of them took the close's own error.
+	closeErr error
+	// abandonErr is the error of the events still unconfirmed once the
+	// wait for a confirm timed out or the context ended.
+	abandonErr error
+	// unsettled says the channel may still owe confirms or is closed.
+	unsettled bool
+}
+
+// pending is one published message awaiting its confirm.
+type pending struct {
+	i  int
+	dc *amqp.DeferredConfirmation
+}
+
+func (b *batch) run(ctx context.Context) {
+	s := b.sink
+	var window []pending
+	for i, e := range b.events {
+		for len(window) >= s.cfg.MaxPending {
+			b.await(ctx, window[0])
+			window = window[1:]
+		}
+		if err := b.stopErr(ctx); err != nil {
+			b.failFrom(i, err)
+			break
+		}
+		if b.blocked(i) {
+			continue
+		}
+		msg, err := encode(e, s.cfg.MaxMessageSize)
+		if err != nil {
+			b.fail(i, err)
+			continue
+		}
+		dc, err := b.ch.PublishWithDeferredConfirmWithContext(ctx, s.cfg.Exchange, e.Destination, *s.cfg.Mandatory, false, msg)
+		if err != nil {
+			// A publish fails only when the frame cannot be written: the
+			// channel or connection is gone, for this event and the rest.
+			b.unsettled = true
+			b.failFrom(i, classify(err))
+			break
+		}
+		window = append(window, pending{i, dc})
+	}
+	for _, p := range window {
+		b.await(ctx, p)
+	}
+}
+
+// stopErr returns why no more events may be sent: the context ended, the
+// channel closed, or a confirm was given up on.
+func (b *batch) stopErr(ctx context.Context) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case b.closeErr != nil:
+		return b.closeErr
+	case b.abandonErr != nil:
+		return b.abandonErr
+	}
+	return nil
+}
+
+// await waits for p's confirm, bounded by confirm_timeout and ctx, reading
+// returned messages meanwhile, and records p's result.
+func (b *batch) await(ctx context.Context, p pending) {
+	if b.abandonErr != nil {
+		select {
+		case <-p.dc.Done():
+			b.settle(p)
+		default:
+			b.fail(p.i, b.abandonErr)
+		}
+		return
+	}
+	timer := time.NewTimer(b.sink.cfg.ConfirmTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case r, ok := <-b.returns:
+			b.noteReturn(r, ok)
+			continue
+		case <-p.dc.Done():
+			b.settle(p)
+		case <-timer.C:
+			b.unsettled = true
+			b.abandonErr = fmt.Errorf("no confirm within confirm_timeout (%s): the broker may have stored the message", b.sink.cfg.ConfirmTimeout)
+			b.fail(p.i, b.abandonErr)
+		case <-ctx.Done():
+			b.unsettled = true
+			b.abandonErr = fmt.Errorf("waiting for the confirm: %w (the broker may have stored the message)", ctx.Err())
+			b.fail(p.i, b.abandonErr)
+		}
+		return
+	}
+}
+
+// noteReturn records a returned message; ok false means the library closed
+// the returns channel (the channel closed).
+func (b *batch) noteReturn(r amqp.Return, ok bool) {
+	if !ok {
+		b.returns = nil
+		return
+	}
+	b.returned[r.MessageId] = r
+}
+
+// settle records the result of p, whose confirm arrived. The broker sends a
+// message's return before its confirm, and the library hands the return
+// over before it processes the confirm, so it is in the buffer by now.
+func (b *batch) settle(p pending) {
+	for drained := false; !drained; {
+		select {
+		case r, ok := <-b.returns:
+			b.noteReturn(r, ok)
+			drained = !ok
+		default:
+			drained = true
+		}
+	}
+	e := b.events[p.i]
+	if p.dc.Acked() {
+		if r, ok := b.returned[e.ID]; ok {
+			b.fail(p.i, sinks.Permanent(fmt.Errorf("%w: exchange %q, routing key %q: %d %s (no queue is bound to receive it)",
+				ErrReturned, r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText)))
+		}
+		return
+	}
+	if !b.ch.IsClosed() {
+		b.fail(p.i, fmt.Errorf("%w: a queue may be full (x-overflow: reject-publish) or the broker failed to store it", ErrNacked))
+		return
+	}
+	b.unsettled = true
+	if b.closeErr != nil {
+		b.fail(p.i, b.closeErr)
+		return
+	}
+	// The broker handles a channel's messages in order and acknowledged
+	// the earlier ones, so the first unconfirmed message is the one it
+	// closed the channel for; the later ones were not handled.
+	err := classify(fmt.Errorf("the broker closed the channel: %w", b.pc.closeReason()))
+	b.fail(p.i, err)
+	if sinks.IsUnavailable(err) {
+		b.closeErr = err
+	} else {
+		b.closeErr = fmt.Errorf("not confirmed: the channel closed because of an earlier message (%w)", errors.Unwrap(err))
+	}
+}
+
+// fail records err for event i and marks its key failed.
+func (b *batch) fail(i int, err error) {
+	e := b.events[i]
+	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, err)
+	if e.Key != "" {
+		b.failed[e.Key] = true
+	}
+}
+
+// failFrom records err for the events from i on that are not yet sent.
+func (b *batch) failFrom(from int, err error) {
+	for i := from; i < len(b.events); i++ {
+		if b.errs[i] == nil {
+			b.fail(i, err)
+		}
+	}
+}
+
+// blocked reports whether event i must not be sent because an earlier event
+// of its key failed, recording ErrSkipped if so.
+func (b *batch) blocked(i int) bool {
+	e := b.events[i]
+	if e.Key == "" || !b.failed[e.Key] {
+		return false
+	}
+	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, sinks.ErrSkipped)
+	return true
+}
+
+// classify marks err as Unavailable, Permanent or leaves it retryable.
+func classify(err error) error {
+	if err == nil || sinks.IsUnavailable(err) || sinks.IsPermanent(err) {
+		return err
+	}
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) {
+		switch {
+		case amqpErr.Code == amqp.NotFound:
+			return sinks.Unavailable(fmt.Errorf("%w (declare it: the sink does not create exchanges or queues)", err))
+		case amqpErr.Code == amqp.AccessRefused, amqpErr.Code == amqp.NotAllowed, !amqpErr.Recover:
+			// Refused credentials, vhost or permission, and every hard
+			// (connection-level) error, which ends the connection.
+			return sinks.Unavailable(err)
+		case amqpErr.Code == amqp.PreconditionFailed, amqpErr.Code == amqp.ContentTooLarge:
+			return sinks.Permanent(err)
+		}
+		return err
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && !errors.Is(err, context.DeadlineExceeded) {
+		return sinks.Unavailable(err)
+	}
+	return err
+}
+
+// Close closes the channels and the connection, within ctx's deadline (or
+// confirm_timeout when ctx has none). Publish waits for nothing after
+// returning, so there is nothing to flush. Publish and Check fail with
+// ErrClosed (Unavailable) afterwards. Close is idempotent.
+func (s *Sink) Close(ctx context.Context) error {
+	s.idleMu.Lock()
+	for _, pc := range s.idle {
+		_ = pc.ch.Close()
+	}
+	s.idle = nil
+	s.idleMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.conn == nil || s.conn.IsClosed() {
+		return nil
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(s.cfg.ConfirmTimeout)
+	}
+	if err := s.conn.CloseDeadline(deadline); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return fmt.Errorf("closing sink %s: %w", s.name, err)
+	}
+	return nil
+}
