@@ -11,6 +11,7 @@ import (
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/email"
 	"github.com/heraldhq/herald/sinks/kafka"
+	"github.com/heraldhq/herald/sinks/mqtt"
 	"github.com/heraldhq/herald/sinks/nats"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
@@ -36,6 +37,7 @@ var sinkTypes = map[string]sinkType{
 	"nats":    sinkTypeOf(nats.New),
 	"webhook": sinkTypeOf(webhook.New),
 	"email":   sinkTypeOf(email.New),
+	"mqtt":    sinkTypeOf(mqtt.New),
 }
 
 // noConfig is the settings of a sink type that has none.

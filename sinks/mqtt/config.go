@@ -3,6 +3,7 @@ package mqtt
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -159,3 +160,15 @@ func redactURL(raw string) string {
 	u.User = nil
 	return strings.Replace(u.String(), "://", "://[redacted]@", 1)
 }
+
+// String implements fmt.Stringer with the URL's user information redacted,
+// so that printing a Config (or a struct holding one) shows no password.
+func (c Config) String() string {
+	c.URL = redactURL(c.URL)
+	type plain Config // without this method, so that %+v does not recurse
+	return fmt.Sprintf("%+v", plain(c))
+}
+
+// LogValue implements slog.LogValuer with the URL's user information
+// redacted.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }

@@ -1,6 +1,8 @@
 package mqtt_test
 
 import (
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -42,3 +44,15 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func sinksTLS(ca string) sinks.TLSConfig { return sinks.TLSConfig{CAFile: ca} }
+
+func TestConfigPrintsNoPassword(t *testing.T) {
+	t.Parallel()
+	cfg := mqtt.Config{URL: "mqtt://herald:topsecret@127.0.0.1:1883", AckTimeout: time.Second}
+	var logs strings.Builder
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("config", "sink", cfg)
+	for _, s := range []string{fmt.Sprintf("%v %+v %s", cfg, struct{ C mqtt.Config }{cfg}, cfg), logs.String()} {
+		if strings.Contains(s, "topsecret") || !strings.Contains(s, "127.0.0.1:1883") || !strings.Contains(s, "1s") {
+			t.Fatalf("printed config %q: want the broker and settings without the password", s)
+		}
+	}
+}
