@@ -16,41 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
-	"github.com/google/uuid"
 
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/mqtt"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
-
-// defaultURL is the shared Mosquitto when MQTT_URL is not set.
-const defaultURL = "mqtt://127.0.0.1:1883"
-
-// brokerURL returns $MQTT_URL or defaultURL. When nothing answers there the
-// test fails under CI=true and is skipped otherwise, saying what to start.
-func brokerURL(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("MQTT_URL")
-	if url == "" {
-		url = defaultURL
-	}
-	host := strings.TrimPrefix(strings.TrimPrefix(url, "mqtt://"), "tcp://")
-	c, err := net.DialTimeout("tcp", host, 2*time.Second)
-	if err != nil {
-		msg := fmt.Sprintf("no MQTT broker at %s (%v); start one: mosquitto -d -c /etc/mosquitto/mosquitto.conf (or set MQTT_URL)", url, err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	c.Close()
-	return url
-}
-
-// prefix returns a topic prefix unique to the test.
-func prefix() string { return "herald-test/" + uuid.NewString()[:8] }
 
 // open returns a sink closed in cleanup.
 func open(t *testing.T, cfg mqtt.Config) *mqtt.Sink {
@@ -78,80 +49,6 @@ func publish(t *testing.T, s sinks.Sink, events ...sinks.Event) []error {
 		t.Fatalf("Publish returned %d results for %d events", len(errs), len(events))
 	}
 	return errs
-}
-
-// message is one message a subscriber received.
-type message struct {
-	topic       string
-	payload     []byte
-	contentType string
-	format      *byte
-	user        map[string]string
-}
-
-// subscriber collects, in arrival order, what the broker delivers for a
-// topic filter, subscribed with QoS 1 (so that order and delivery hold).
-type subscriber struct {
-	mu   sync.Mutex
-	msgs []message
-}
-
-// subscribe connects a subscriber to url for filter, closed in cleanup.
-func subscribe(t *testing.T, url, filter string) *subscriber {
-	t.Helper()
-	host := strings.TrimPrefix(strings.TrimPrefix(url, "mqtt://"), "tcp://")
-	nc, err := net.DialTimeout("tcp", host, 5*time.Second)
-	if err != nil {
-		t.Fatalf("subscriber: dialling %s: %v", host, err)
-	}
-	sub := &subscriber{}
-	client := paho.NewClient(paho.ClientConfig{Conn: nc, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-		func(pr paho.PublishReceived) (bool, error) {
-			m := message{topic: pr.Packet.Topic, payload: pr.Packet.Payload, user: map[string]string{}}
-			if p := pr.Packet.Properties; p != nil {
-				m.contentType, m.format = p.ContentType, p.PayloadFormat
-				for _, u := range p.User {
-					m.user[u.Key] = u.Value
-				}
-			}
-			sub.mu.Lock()
-			sub.msgs = append(sub.msgs, m)
-			sub.mu.Unlock()
-			return true, nil
-		}}})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := client.Connect(ctx, &paho.Connect{ClientID: "herald-test-sub-" + uuid.NewString()[:8], CleanStart: true, KeepAlive: 30}); err != nil {
-		t.Fatalf("subscriber: connecting: %v", err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(&paho.Disconnect{}) })
-	if _, err := client.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}}); err != nil {
-		t.Fatalf("subscriber: subscribing to %s: %v", filter, err)
-	}
-	return sub
-}
-
-// messages returns what arrived so far.
-func (s *subscriber) messages() []message {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]message(nil), s.msgs...)
-}
-
-// waitFor polls until n messages arrived, failing after 30s.
-func (s *subscriber) waitFor(t *testing.T, n int) []message {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := s.messages()
-		if len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("subscriber received %d messages, want %d", len(got), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // proxy is a TCP proxy in front of a broker that a test can cut (close

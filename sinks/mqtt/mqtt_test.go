@@ -12,16 +12,17 @@ import (
 
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/mqtt"
+	"github.com/heraldhq/herald/sinks/mqtt/mqtttest"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	url := brokerURL(t)
-	var subs sync.Map // destination → *subscriber
+	url := mqtttest.URL(t)
+	var subs sync.Map // destination → *mqtttest.Subscriber
 	sinktest.Run(t, sinktest.Harness{
 		NewSink: func(t *testing.T, destination string) sinks.Sink {
-			subs.Store(destination, subscribe(t, url, destination))
+			subs.Store(destination, mqtttest.Subscribe(t, url, destination))
 			s, err := mqtt.New("conformance", mqtt.Config{URL: url}, quiet)
 			if err != nil {
 				t.Fatal(err)
@@ -34,9 +35,9 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("no subscriber for %s", destination)
 			}
 			var out []sinktest.Received
-			for _, m := range v.(*subscriber).messages() {
-				out = append(out, sinktest.Received{ID: m.user[mqtt.PropertyID], Key: m.user[mqtt.PropertyKey],
-					Destination: m.topic, Payload: m.payload, Headers: m.user})
+			for _, m := range v.(*mqtttest.Subscriber).Messages() {
+				out = append(out, sinktest.Received{ID: m.User[mqtt.PropertyID], Key: m.User[mqtt.PropertyKey],
+					Destination: m.Topic, Payload: m.Payload, Headers: m.User})
 			}
 			return out
 		},
@@ -50,9 +51,9 @@ func TestConformance(t *testing.T) {
 
 func TestMessageProperties(t *testing.T) {
 	t.Parallel()
-	url := brokerURL(t)
-	p := prefix()
-	sub := subscribe(t, url, p+"/#")
+	url := mqtttest.URL(t)
+	p := mqtttest.Prefix()
+	sub := mqtttest.Subscribe(t, url, p+"/#")
 	s := open(t, mqtt.Config{URL: url})
 	var events []sinks.Event
 	for i := range 60 { // more than Mosquitto's default in-flight window of 20
@@ -73,26 +74,26 @@ func TestMessageProperties(t *testing.T) {
 			t.Fatalf("event %d: %v", i, err)
 		}
 	}
-	got := sub.waitFor(t, len(events))
+	got := sub.WaitFor(t, len(events), 30*time.Second)
 	for i, m := range got {
 		e := events[i] // one connection, QoS 1: the broker forwards in send order
-		if m.user[mqtt.PropertyID] != e.ID || m.topic != e.Destination || string(m.payload) != string(e.Payload) {
-			t.Fatalf("message %d: id %q topic %s payload %q, want %s %s %q", i, m.user[mqtt.PropertyID], m.topic, m.payload, e.ID, e.Destination, e.Payload)
+		if m.User[mqtt.PropertyID] != e.ID || m.Topic != e.Destination || string(m.Payload) != string(e.Payload) {
+			t.Fatalf("message %d: id %q topic %s payload %q, want %s %s %q", i, m.User[mqtt.PropertyID], m.Topic, m.Payload, e.ID, e.Destination, e.Payload)
 		}
-		if m.contentType != e.ContentType {
-			t.Fatalf("message %d: content type %q, want %q", i, m.contentType, e.ContentType)
+		if m.ContentType != e.ContentType {
+			t.Fatalf("message %d: content type %q, want %q", i, m.ContentType, e.ContentType)
 		}
 		json := sinks.IsJSON(e.ContentType)
-		if json && (m.format == nil || *m.format != 1) || !json && m.format != nil {
-			t.Fatalf("message %d (%s): payload format indicator %v", i, e.ContentType, m.format)
+		if json && (m.PayloadFormat == nil || *m.PayloadFormat != 1) || !json && m.PayloadFormat != nil {
+			t.Fatalf("message %d (%s): payload format indicator %v", i, e.ContentType, m.PayloadFormat)
 		}
-		if e.Headers != nil && (m.user["x-n"] != e.Headers["x-n"] || m.user[mqtt.PropertyTopic] != "orders.created") {
-			t.Fatalf("message %d: user properties %v", i, m.user)
+		if e.Headers != nil && (m.User["x-n"] != e.Headers["x-n"] || m.User[mqtt.PropertyTopic] != "orders.created") {
+			t.Fatalf("message %d: user properties %v", i, m.User)
 		}
-		if _, ok := m.user["herald-id"]; ok {
-			t.Fatalf("message %d: an event header spoofing %s travelled: %v", i, mqtt.PropertyID, m.user)
+		if _, ok := m.User["herald-id"]; ok {
+			t.Fatalf("message %d: an event header spoofing %s travelled: %v", i, mqtt.PropertyID, m.User)
 		}
-		if k, ok := m.user[mqtt.PropertyKey]; e.Key == "" && ok || e.Key != "" && k != e.Key {
+		if k, ok := m.User[mqtt.PropertyKey]; e.Key == "" && ok || e.Key != "" && k != e.Key {
 			t.Fatalf("message %d: %s = %q (present %v), want %q", i, mqtt.PropertyKey, k, ok, e.Key)
 		}
 	}
@@ -100,9 +101,9 @@ func TestMessageProperties(t *testing.T) {
 
 func TestPermanentErrors(t *testing.T) {
 	t.Parallel()
-	url := brokerURL(t)
-	p := prefix()
-	sub := subscribe(t, url, p+"/#")
+	url := mqtttest.URL(t)
+	p := mqtttest.Prefix()
+	sub := mqtttest.Subscribe(t, url, p+"/#")
 	s := open(t, mqtt.Config{URL: url})
 	events := []sinks.Event{
 		sinktest.Event(p+"/+", "w", []byte(`{}`)),
@@ -120,9 +121,9 @@ func TestPermanentErrors(t *testing.T) {
 	if errs[4] != nil {
 		t.Fatalf("valid event: %v", errs[4])
 	}
-	got := sub.waitFor(t, 1)
-	if got[0].user[mqtt.PropertyID] != events[4].ID {
-		t.Fatalf("subscriber got %s first, want the valid event %s", got[0].user[mqtt.PropertyID], events[4].ID)
+	got := sub.WaitFor(t, 1, 30*time.Second)
+	if got[0].User[mqtt.PropertyID] != events[4].ID {
+		t.Fatalf("subscriber got %s first, want the valid event %s", got[0].User[mqtt.PropertyID], events[4].ID)
 	}
 }
 
@@ -197,7 +198,7 @@ func TestPrivateBrokerSetupErrors(t *testing.T) {
 
 func TestNoPubackIsRetryable(t *testing.T) {
 	t.Parallel()
-	url := brokerURL(t)
+	url := mqtttest.URL(t)
 	px := startProxy(t, url)
 	s := open(t, mqtt.Config{URL: px.url(), AckTimeout: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -206,7 +207,7 @@ func TestNoPubackIsRetryable(t *testing.T) {
 		t.Fatalf("Check: %v", err)
 	}
 	px.muted.Store(true) // the broker's PUBACKs no longer reach the sink
-	errs := publish(t, s, sinktest.Event(prefix()+"/x", "k", []byte(`{}`)))
+	errs := publish(t, s, sinktest.Event(mqtttest.Prefix()+"/x", "k", []byte(`{}`)))
 	if errs[0] == nil || sinks.IsPermanent(errs[0]) || sinks.IsUnavailable(errs[0]) || !strings.Contains(errs[0].Error(), "ack_timeout") {
 		t.Fatalf("no PUBACK: %v, want a retryable ack_timeout error", errs[0])
 	}
@@ -214,9 +215,9 @@ func TestNoPubackIsRetryable(t *testing.T) {
 
 func TestReconnectsAfterConnectionDrops(t *testing.T) {
 	t.Parallel()
-	url := brokerURL(t)
-	p := prefix()
-	sub := subscribe(t, url, p+"/#")
+	url := mqtttest.URL(t)
+	p := mqtttest.Prefix()
+	sub := mqtttest.Subscribe(t, url, p+"/#")
 	px := startProxy(t, url)
 	s := open(t, mqtt.Config{URL: px.url()})
 	first := sinktest.Event(p+"/a", "k", []byte(`{"n":1}`))
@@ -244,15 +245,15 @@ func TestReconnectsAfterConnectionDrops(t *testing.T) {
 	if n := px.accepted.Load(); n < 2 {
 		t.Fatalf("proxy accepted %d connections, want a second one", n)
 	}
-	got := sub.waitFor(t, 2)
-	if got[len(got)-1].user[mqtt.PropertyID] != second.ID {
-		t.Fatalf("last message %s, want %s", got[len(got)-1].user[mqtt.PropertyID], second.ID)
+	got := sub.WaitFor(t, 2, 30*time.Second)
+	if got[len(got)-1].User[mqtt.PropertyID] != second.ID {
+		t.Fatalf("last message %s, want %s", got[len(got)-1].User[mqtt.PropertyID], second.ID)
 	}
 }
 
 func TestCheckDestinations(t *testing.T) {
 	t.Parallel()
-	url := brokerURL(t)
+	url := mqtttest.URL(t)
 	s := open(t, mqtt.Config{URL: url})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -267,7 +268,7 @@ func TestCheckDestinations(t *testing.T) {
 
 func TestPublishAfterClose(t *testing.T) {
 	t.Parallel()
-	url := brokerURL(t)
+	url := mqtttest.URL(t)
 	s, err := mqtt.New("test", mqtt.Config{URL: url}, quiet)
 	if err != nil {
 		t.Fatal(err)
