@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/mqtt"
 )
