@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/sinks/mqtt"
 )
 
 // Mode selects what a run measures.
@@ -48,6 +50,7 @@ const (
 	SinkNATS    = "nats"
 	SinkKafka   = "kafka"
 	SinkWebhook = "webhook"
+	SinkMQTT    = "mqtt"
 )
 
 // Config configures a run. Zero fields take the default their comment
@@ -111,8 +114,8 @@ type Config struct {
 	// them.
 	Progress io.Writer
 
-	// Sink is SinkDiscard, SinkNATS, SinkKafka or SinkWebhook. Defaults to
-	// SinkDiscard.
+	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook or SinkMQTT.
+	// Defaults to SinkDiscard.
 	Sink string
 	// NATSURL is the JetStream server for SinkNATS. Defaults to
 	// nats://127.0.0.1:4222.
@@ -139,6 +142,9 @@ type Config struct {
 	// WebhookURL is the receiver SinkWebhook posts to; it must answer 2xx.
 	// Required for SinkWebhook.
 	WebhookURL string
+	// MQTTURL is the broker SinkMQTT publishes to, QoS 1, under a topic
+	// unique to the run. Defaults to mqtt://127.0.0.1:1883.
+	MQTTURL string
 
 	// Outage is how long the sink "down" refuses events: from the backlog's
 	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
@@ -184,6 +190,7 @@ const (
 	DefaultNATSURL         = "nats://127.0.0.1:4222"
 	DefaultNATSMaxMsgs     = 200_000
 	DefaultKafkaPartitions = 8
+	DefaultMQTTURL         = "mqtt://127.0.0.1:1883"
 	DefaultTimeout         = 5 * time.Minute
 
 	minPayloadBytes = len(`{"pad":""}`)
@@ -277,6 +284,9 @@ func (c Config) WithDefaults() Config {
 	if c.KafkaPartitions == 0 {
 		c.KafkaPartitions = DefaultKafkaPartitions
 	}
+	if c.MQTTURL == "" {
+		c.MQTTURL = DefaultMQTTURL
+	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -359,8 +369,12 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.WebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("--webhook-url: %q is not an http(s) URL", c.WebhookURL)
 		}
+	case SinkMQTT:
+		if err := (mqtt.Config{URL: c.MQTTURL}).Validate(); err != nil {
+			return fmt.Errorf("--mqtt-%w", err) // "url: ...", the only key set
+		}
 	default:
-		return fmt.Errorf("--sink: %q must be discard, nats, kafka or webhook", c.Sink)
+		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook or mqtt", c.Sink)
 	}
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)
