@@ -75,6 +75,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
@@ -109,7 +110,8 @@ var (
 type conn struct {
 	client    *paho.Client
 	session   *state.State
-	maxPacket uint32 // the broker's Maximum Packet Size, 0 when it announced none
+	maxPacket uint32      // the broker's Maximum Packet Size, 0 when it announced none
+	closing   atomic.Bool // Close disconnects: the read error that follows is no news
 }
 
 // New validates cfg, fills its defaults and returns the sink. It connects
@@ -221,6 +223,7 @@ func (s *Sink) dial(ctx context.Context) (*conn, error) {
 		nc = tc
 	}
 	sess := state.NewInMemory()
+	c := &conn{session: sess}
 	client := paho.NewClient(paho.ClientConfig{
 		ClientID:      s.clientID,
 		Conn:          nc,
@@ -231,6 +234,9 @@ func (s *Sink) dial(ctx context.Context) (*conn, error) {
 				"reason", fmt.Sprintf("0x%02X (%s)", d.ReasonCode, reasonText("DISCONNECT", d.ReasonCode)))
 		},
 		OnClientError: func(err error) {
+			if c.closing.Load() {
+				return
+			}
 			s.logger.Warn("mqtt sink: connection lost", "sink", s.name, "broker", s.shown, "error", err)
 		},
 	})
@@ -249,7 +255,7 @@ func (s *Sink) dial(ctx context.Context) (*conn, error) {
 		}
 		return nil, err
 	}
-	c := &conn{client: client, session: sess}
+	c.client = client
 	if ca.Properties != nil {
 		if ca.Properties.MaximumQoS != nil && *ca.Properties.MaximumQoS < 1 {
 			_ = client.Disconnect(&paho.Disconnect{})
@@ -447,6 +453,7 @@ func (s *Sink) Close(ctx context.Context) error {
 		return nil
 	default:
 	}
+	c.closing.Store(true)
 	if err := c.client.Disconnect(&paho.Disconnect{ReasonCode: 0}); err != nil {
 		return fmt.Errorf("closing sink %s: disconnecting: %w", s.name, err)
 	}
