@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
-
-	"github.com/eclipse/paho.golang/packets"
 
 	"github.com/heraldhq/herald/sinks"
 )
@@ -33,27 +30,35 @@ type ReasonError struct {
 }
 
 func (e *ReasonError) Error() string {
-	return fmt.Sprintf("mqtt: %s reason code 0x%02X (%s)", e.Packet, e.Code, reasonText(e.Packet, e.Code))
+	return fmt.Sprintf("mqtt: %s reason code 0x%02X (%s)", e.Packet, e.Code, reasonText(e.Code))
 }
 
-// reasonText is the specification's name for a reason code: the text paho
-// has for it, up to its explanation. The broker's own reason string is not
-// used: a peer's text does not go into errors unchecked.
-func reasonText(packet string, code byte) string {
-	var text string
-	switch packet {
-	case "CONNACK":
-		text = (&packets.Connack{ReasonCode: code}).Reason()
-	case "DISCONNECT":
-		text = (&packets.Disconnect{ReasonCode: code}).Reason()
-	default:
-		text = (&packets.Puback{ReasonCode: code}).Reason()
+// reasonNames are the names MQTT 5 gives the failure reason codes (section
+// 2.4), the same in CONNACK, PUBACK and DISCONNECT.
+var reasonNames = map[byte]string{
+	0x80: "Unspecified error", 0x81: "Malformed Packet", 0x82: "Protocol Error",
+	0x83: "Implementation specific error", 0x84: "Unsupported Protocol Version",
+	0x85: "Client Identifier not valid", 0x86: "Bad User Name or Password", 0x87: "Not authorized",
+	0x88: "Server unavailable", 0x89: "Server busy", 0x8A: "Banned", 0x8B: "Server shutting down",
+	0x8C: "Bad authentication method", 0x8D: "Keep Alive timeout", 0x8E: "Session taken over",
+	0x90: "Topic Name invalid", 0x93: "Receive Maximum exceeded", 0x94: "Topic Alias invalid",
+	0x95: "Packet too large", 0x96: "Message rate too high", 0x97: "Quota exceeded",
+	0x98: "Administrative action", 0x99: "Payload format invalid", 0x9A: "Retain not supported",
+	0x9B: "QoS not supported", 0x9C: "Use another server", 0x9D: "Server moved",
+	0x9F: "Connection rate exceeded",
+}
+
+// reasonText is the specification's name for a reason code. The broker's
+// own reason string is not used: a peer's text does not go into errors and
+// logs unchecked.
+func reasonText(code byte) string {
+	if name, ok := reasonNames[code]; ok {
+		return name
 	}
-	name, _, _ := strings.Cut(text, " - ")
-	if name == "" {
-		return "unknown"
+	if code < 0x80 {
+		return "not a failure"
 	}
-	return name
+	return "unknown"
 }
 
 // Reason codes the sink treats apart (MQTT 5, section 2.4).

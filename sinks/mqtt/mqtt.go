@@ -231,7 +231,7 @@ func (s *Sink) dial(ctx context.Context) (*conn, error) {
 		PacketTimeout: s.cfg.AckTimeout,
 		OnServerDisconnect: func(d *paho.Disconnect) {
 			s.logger.Warn("mqtt sink: the broker disconnected", "sink", s.name,
-				"reason", fmt.Sprintf("0x%02X (%s)", d.ReasonCode, reasonText("DISCONNECT", d.ReasonCode)))
+				"reason", fmt.Sprintf("0x%02X (%s)", d.ReasonCode, reasonText(d.ReasonCode)))
 		},
 		OnClientError: func(err error) {
 			if c.closing.Load() {
