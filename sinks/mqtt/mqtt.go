@@ -386,7 +386,7 @@ func (b *batch) send(ctx context.Context, c *conn) {
 				// QoS or retain beyond what the broker offers: every
 				// event would fail alike.
 				b.failRest(i, sinks.Unavailable(err))
-			default: // the context ended while the window was full
+			default: // ctx or ack_timeout ended while the window was full
 				b.failRest(i, fmt.Errorf("waiting for room in the broker's in-flight window: %w", err))
 			}
 			break
