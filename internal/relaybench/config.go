@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/sinks/mqtt"
 	"github.com/heraldhq/herald/sinks/redis"
 )
 
@@ -54,6 +55,8 @@ const (
 	SinkRabbitMQ = "rabbitmq"
 	// SinkRedis publishes to a throwaway stream on RedisURL.
 	SinkRedis = "redis"
+	// SinkMQTT publishes to a topic of the run's own on MQTTURL.
+	SinkMQTT = "mqtt"
 )
 
 // Config configures a run. Zero fields take the default their comment
@@ -117,9 +120,8 @@ type Config struct {
 	// them.
 	Progress io.Writer
 
-	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook, SinkRedis or
-	// SinkRabbitMQ. Defaults to
-	// SinkDiscard.
+	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook, SinkRedis,
+	// SinkRabbitMQ or SinkMQTT. Defaults to SinkDiscard.
 	Sink string
 	// NATSURL is the JetStream server for SinkNATS. Defaults to
 	// nats://127.0.0.1:4222.
@@ -156,6 +158,9 @@ type Config struct {
 	// (MAXLEN ~) as a production stream would be, and deletes it at the
 	// end. Defaults to redis://127.0.0.1:6379/0.
 	RedisURL string
+	// MQTTURL is the broker SinkMQTT publishes to, QoS 1, under a topic
+	// unique to the run. Defaults to mqtt://127.0.0.1:1883.
+	MQTTURL string
 
 	// Outage is how long the sink "down" refuses events: from the backlog's
 	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
@@ -204,6 +209,7 @@ const (
 	DefaultNATSMaxMsgs     = 200_000
 	DefaultRabbitMQURL     = "amqp://guest:guest@127.0.0.1:5672/"
 	DefaultKafkaPartitions = 8
+	DefaultMQTTURL         = "mqtt://127.0.0.1:1883"
 	DefaultTimeout         = 5 * time.Minute
 
 	minPayloadBytes = len(`{"pad":""}`)
@@ -303,6 +309,9 @@ func (c Config) WithDefaults() Config {
 	if c.KafkaPartitions == 0 {
 		c.KafkaPartitions = DefaultKafkaPartitions
 	}
+	if c.MQTTURL == "" {
+		c.MQTTURL = DefaultMQTTURL
+	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -393,8 +402,12 @@ func (c Config) Validate() error {
 		if err := (redis.Config{URL: c.RedisURL}).Validate(); err != nil {
 			return fmt.Errorf("--redis-url: %w", err)
 		}
+	case SinkMQTT:
+		if err := (mqtt.Config{URL: c.MQTTURL}).Validate(); err != nil {
+			return fmt.Errorf("--mqtt-%w", err) // "url: ...", the only key set
+		}
 	default:
-		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis or rabbitmq", c.Sink)
+		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis, rabbitmq or mqtt", c.Sink)
 	}
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/kafka"
+	"github.com/heraldhq/herald/sinks/mqtt"
 	natssink "github.com/heraldhq/herald/sinks/nats"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
@@ -58,6 +59,8 @@ func startDestination(ctx context.Context, cfg Config, name string, logger *slog
 		err = d.startRedis(ctx, cfg, name, logger)
 	case SinkRabbitMQ:
 		err = d.startRabbitMQ(cfg, name, logger)
+	case SinkMQTT:
+		err = d.startMQTT(ctx, cfg, name, logger)
 	}
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -225,6 +228,29 @@ func (d *destinationEnv) startRedis(ctx context.Context, cfg Config, name string
 	d.destination = literal(stream)
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
 		return redis.New(sinkName, sinkCfg, logger)
+	}
+	return nil
+}
+
+// startMQTT checks the broker at cfg.MQTTURL answers; the run's sinks
+// publish under a topic of its own, which needs no creating. No one
+// subscribes: the broker acknowledges each message (PUBACK) and drops it,
+// and the bench counts the acknowledgements.
+func (d *destinationEnv) startMQTT(ctx context.Context, cfg Config, name string, logger *slog.Logger) error {
+	probe, err := mqtt.New("bench-probe", mqtt.Config{URL: cfg.MQTTURL}, logger)
+	if err != nil {
+		return fmt.Errorf("--mqtt-%w", err)
+	}
+	err = probe.Check(ctx)
+	if cerr := probe.Close(ctx); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--mqtt-url: %w", err)
+	}
+	d.destination = literal("herald_bench/" + name + "/events")
+	d.newSink = func(sinkName string) (sinks.Sink, error) {
+		return mqtt.New(sinkName, mqtt.Config{URL: cfg.MQTTURL}, logger)
 	}
 	return nil
 }

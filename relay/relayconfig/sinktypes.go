@@ -11,6 +11,7 @@ import (
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/email"
 	"github.com/heraldhq/herald/sinks/kafka"
+	"github.com/heraldhq/herald/sinks/mqtt"
 	"github.com/heraldhq/herald/sinks/nats"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
@@ -40,6 +41,7 @@ var sinkTypes = map[string]sinkType{
 	"email":    sinkTypeOf(email.New),
 	"rabbitmq": sinkTypeOf(rabbitmq.New),
 	"redis":    sinkTypeOf(redis.New),
+	"mqtt":     sinkTypeOf(mqtt.New),
 }
 
 // noConfig is the settings of a sink type that has none.

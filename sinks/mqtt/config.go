@@ -1,0 +1,174 @@
+package mqtt
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+// Defaults of the optional settings.
+const (
+	// DefaultAckTimeout is the default AckTimeout.
+	DefaultAckTimeout = 10 * time.Second
+	// DefaultConnectTimeout is the default ConnectTimeout.
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultKeepAlive is the default KeepAlive.
+	DefaultKeepAlive = 30 * time.Second
+)
+
+// Config is an MQTT sink's entry in the YAML `sinks:` list (without `name`
+// and `type`).
+type Config struct {
+	// URL is the broker: mqtt://host:port (or tcp://) in clear,
+	// mqtts://host:port (or ssl://, tls://) over TLS. The port defaults to
+	// 1883 in clear and 8883 over TLS. User information in the URL
+	// (mqtt://user:password@host) is the same as Username and Password.
+	// Required.
+	URL string `yaml:"url"`
+	// Username and Password authenticate the connection. Defaults to none
+	// (anonymous), or the URL's user information.
+	Username string       `yaml:"username"`
+	Password sinks.Secret `yaml:"password"`
+	// ClientID is the MQTT client identifier. Brokers disconnect the older
+	// of two clients with one identifier, so two relays must not share it.
+	// Defaults to "herald-<sink name>-<random>".
+	ClientID string `yaml:"client_id"`
+	// TLS configures TLS. An mqtts://, ssl:// or tls:// URL turns TLS on by
+	// itself.
+	TLS sinks.TLSConfig `yaml:"tls"`
+	// AckTimeout bounds the wait for each message's PUBACK, on top of the
+	// deadline of the Publish context. Defaults to 10s.
+	AckTimeout time.Duration `yaml:"ack_timeout"`
+	// ConnectTimeout bounds dialling and the CONNECT/CONNACK exchange, on
+	// top of the deadline of the calling context. Defaults to 10s.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// KeepAlive is the MQTT keep-alive interval the sink asks for (the
+	// broker may impose its own). Defaults to 30s.
+	KeepAlive time.Duration `yaml:"keep_alive"`
+	// Retain publishes every message with the retain flag, so that a new
+	// subscriber gets the last message of each topic. Defaults to false.
+	Retain bool `yaml:"retain"`
+}
+
+// broker is a parsed URL: the address to dial and whether TLS is on.
+type broker struct {
+	addr     string
+	tls      bool
+	username string
+	password string
+	hasUser  bool
+}
+
+// parseURL parses raw, naming the url key and redacting user information
+// in errors.
+func parseURL(raw string) (broker, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return broker{}, fmt.Errorf("url: %q is not a broker URL such as mqtt://127.0.0.1:1883", redactURL(raw))
+	}
+	var b broker
+	port := "1883"
+	switch u.Scheme {
+	case "mqtt", "tcp":
+	case "mqtts", "ssl", "tls":
+		b.tls, port = true, "8883"
+	default:
+		return broker{}, fmt.Errorf("url: %q: the scheme must be mqtt, tcp, mqtts, ssl or tls", redactURL(raw))
+	}
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		return broker{}, fmt.Errorf("url: %q: an MQTT broker URL has no path or query (topics come from the route's destination)", redactURL(raw))
+	}
+	if u.Port() != "" {
+		port = u.Port()
+	}
+	b.addr = net.JoinHostPort(u.Hostname(), port)
+	if u.User != nil {
+		b.hasUser = true
+		b.username = u.User.Username()
+		b.password, _ = u.User.Password()
+	}
+	return b, nil
+}
+
+// Validate reports the first configuration problem, naming the key.
+func (c Config) Validate() error {
+	if c.URL == "" {
+		return errors.New("url: required (for example mqtt://127.0.0.1:1883)")
+	}
+	b, err := parseURL(c.URL)
+	if err != nil {
+		return err
+	}
+	if b.hasUser && (c.Username != "" || c.Password != "") {
+		return errors.New("username, password: give the credentials in url or in username/password, not both")
+	}
+	if c.Password != "" && c.Username == "" {
+		return errors.New("password: requires username")
+	}
+	if !utf8.ValidString(c.ClientID) || len(c.ClientID) > 65535 {
+		return fmt.Errorf("client_id: %q must be UTF-8 text of at most 65535 bytes", c.ClientID)
+	}
+	if c.AckTimeout < 0 {
+		return fmt.Errorf("ack_timeout: %s must not be negative", c.AckTimeout)
+	}
+	if c.ConnectTimeout < 0 {
+		return fmt.Errorf("connect_timeout: %s must not be negative", c.ConnectTimeout)
+	}
+	if c.KeepAlive < 0 || c.KeepAlive > 65535*time.Second {
+		return fmt.Errorf("keep_alive: %s must be between 0 and 65535s", c.KeepAlive)
+	}
+	if _, err := c.TLS.Build("tls"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// withDefaults returns c with the defaults of unset fields filled in.
+func (c Config) withDefaults() Config {
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = DefaultKeepAlive
+	}
+	return c
+}
+
+// redactURL returns raw without its user information, which may hold a
+// password.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return "[redacted]@" + raw[i+1:]
+		}
+		return raw
+	}
+	if u.User == nil {
+		return raw
+	}
+	u.User = nil
+	return strings.Replace(u.String(), "://", "://[redacted]@", 1)
+}
+
+// String implements fmt.Stringer with the URL's user information redacted,
+// so that printing a Config (or a struct holding one) shows no password.
+func (c Config) String() string {
+	c.URL = redactURL(c.URL)
+	type plain Config // without this method, so that %+v does not recurse
+	return fmt.Sprintf("%+v", plain(c))
+}
+
+// LogValue implements slog.LogValuer with the URL's user information
+// redacted.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
