@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay/relayconfig"
+	"github.com/heraldhq/herald/sinks/redis"
 )
 
 // setup is what a command gathers from its flags, the environment and the
@@ -61,6 +62,8 @@ func (g *globalFlags) loadWith(requireConfig bool, read func(string, func(string
 		s.tables = migrations.Tables{}.WithDefaults()
 		s.logger = relayconfig.Log{}.NewLogger(os.Stderr)
 	}
+	// go-redis logs through a logger of its own, process-wide.
+	redis.LogLibraryTo(s.logger)
 	if g.databaseURL != "" {
 		if _, err := pgxpool.ParseConfig(g.databaseURL); err != nil {
 			return nil, usageError(fmt.Errorf("--database-url: %s", relayconfig.ScrubPassword(err.Error(), g.databaseURL)))
