@@ -25,7 +25,7 @@ func BenchmarkEncode(b *testing.B) {
 	e := benchEvent("orders.created", 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := encode(e, DefaultMaxMessageSize); err != nil {
+		if _, err := encode(e, Config{}.withDefaults()); err != nil {
 			b.Fatal(err)
 		}
 	}
