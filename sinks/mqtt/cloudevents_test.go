@@ -159,6 +159,13 @@ func TestCloudEventsBinaryMessage(t *testing.T) {
 	if got[2].ContentType != "application/octet-stream" || string(got[2].Payload) != string(bin.Payload) || got[2].PayloadFormat != nil {
 		t.Fatalf("binary payload: content type %q payload %q payload format %v", got[2].ContentType, got[2].Payload, got[2].PayloadFormat)
 	}
+
+	// A key with NUL cannot be an MQTT user property: refused unsent.
+	nul := ceEvent(p + "/orders")
+	nul.Key = "a\x00b"
+	if errs := publish(t, s, nul); !sinks.IsPermanent(errs[0]) || !strings.Contains(errs[0].Error(), "CloudEvents attribute subject") {
+		t.Fatalf("key with NUL: %v, want a permanent error naming the subject attribute", errs[0])
+	}
 }
 
 // TestCloudEventsStructuredMessage: the payload is the JSON event format

@@ -182,6 +182,14 @@ func TestCloudEventsBinaryMessage(t *testing.T) {
 	if _, ok := got[1].Headers["cloudEvents_subject"]; ok {
 		t.Fatalf("event without a key has cloudEvents_subject: %v", got[1].Headers)
 	}
+
+	// An extension whose prefixed name is over AMQP's 255 bytes: refused
+	// unsent, naming the header.
+	long := ceEvent(q)
+	long.Headers[strings.Repeat("a", 250)] = "v"
+	if errs := publish(t, s, long); !sinks.IsPermanent(errs[0]) || !strings.Contains(errs[0].Error(), `"cloudEvents_aaaa`) {
+		t.Fatalf("extension name over 255 bytes with its prefix: %v, want a permanent error naming it", errs[0])
+	}
 }
 
 // TestCloudEventsStructuredMessage: the body is the JSON event format and
