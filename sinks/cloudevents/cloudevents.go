@@ -101,11 +101,12 @@ var (
 	// application properties prefixed cloudEvents_ (the separator the spec
 	// prefers over ':', as JMS 2.0 selectors cannot name the other),
 	// datacontenttype as the content-type message property, values as
-	// canonical strings. The binding is written for AMQP 1.0; RabbitMQ's
-	// AMQP 0-9-1 carries application properties as message headers and
-	// content-type as the content_type property, and converts between the
-	// two protocols that way, so the sink maps them there (as the
-	// CloudEvents Java SDK's Spring AMQP module does for RabbitMQ).
+	// canonical strings. The binding is written for AMQP 1.0; the
+	// RabbitMQ sink speaks AMQP 0-9-1 and puts application properties in
+	// the message headers and content-type in the content_type property,
+	// the pairs RabbitMQ's own conversion between the two protocols uses
+	// (rabbitmq.com/docs/conversions). The CloudEvents Java SDK's Spring
+	// AMQP module also writes cloudEvents_ headers on AMQP 0-9-1.
 	AMQP = Binding{Prefix: "cloudEvents_", ContentTypeHeader: "content-type"}
 	// MQTT is bindings/mqtt-protocol-binding.md, 3.1.1 and 3.1.3 (MQTT 5):
 	// user properties named as the attributes, unprefixed, datacontenttype
