@@ -25,7 +25,10 @@ func TestREADMECloudEventsExample(t *testing.T) {
 	const rest = "database: {url: postgres://localhost/postgres}\nroutes:\n  - topics: [\"*\"]\n    sinks: [bus]\n"
 	noEnv := func(string) (string, bool) { return "", false }
 	for _, sink := range []string{"type: nats\n    url: nats://localhost:4222",
-		"type: kafka\n    brokers: [localhost:9092]", "type: webhook\n    url: https://example.com/hooks"} {
+		"type: kafka\n    brokers: [localhost:9092]", "type: webhook\n    url: https://example.com/hooks",
+		"type: rabbitmq\n    url: amqp://guest:guest@localhost:5672/",
+		"type: mqtt\n    url: mqtt://localhost:1883",
+	} {
 		cfg := strings.Replace(entry, "type: nats\n    url: nats://localhost:4222", sink, 1)
 		if _, err := relayconfig.Parse("README", []byte(cfg+rest), noEnv); err != nil {
 			t.Errorf("the README's CloudEvents entry as %s does not load: %v", strings.Fields(sink)[1], err)

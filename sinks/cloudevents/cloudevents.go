@@ -4,7 +4,7 @@
 // structured content mode. Each sink maps the attributes onto its protocol
 // as that protocol's binding says (the header prefix, where datacontenttype
 // goes, whether values are percent-encoded): a Binding, of which HTTP,
-// Kafka and NATS are declared here.
+// Kafka, NATS, AMQP and MQTT are declared here.
 //
 // The mapping from an event:
 //
@@ -29,8 +29,8 @@
 // them.
 //
 // The hand-written mapping stands in for github.com/cloudevents/sdk-go/v2:
-// it is a dozen attributes, while the SDK would bring its own HTTP, Kafka
-// and NATS clients next to the ones the sinks already use.
+// it is a dozen attributes, while the SDK would bring its own HTTP, Kafka,
+// NATS, AMQP and MQTT clients next to the ones the sinks already use.
 package cloudevents
 
 import (
@@ -77,7 +77,9 @@ type Binding struct {
 	Prefix string
 	// ContentTypeHeader, when set, is the header carrying datacontenttype
 	// in place of a prefixed one (HTTP's Content-Type, Kafka's
-	// content-type).
+	// content-type). Where the protocol has a content type property
+	// rather than a header (AMQP, MQTT 5), it is that property's name, and
+	// the sink puts the value there.
 	ContentTypeHeader string
 	// PercentEncode encodes values as PercentEncode does, for bindings
 	// whose headers are printable ASCII only.
@@ -95,6 +97,22 @@ var (
 	// NATS is bindings/nats-protocol-binding.md, 3.1.3: ce- headers for
 	// every attribute, datacontenttype included, percent-encoded values.
 	NATS = Binding{Prefix: "ce-", PercentEncode: true}
+	// AMQP is bindings/amqp-protocol-binding.md, 3.1.1 and 3.1.3:
+	// application properties prefixed cloudEvents_ (the separator the spec
+	// prefers over ':', as JMS 2.0 selectors cannot name the other),
+	// datacontenttype as the content-type message property, values as
+	// canonical strings. The binding is written for AMQP 1.0; the
+	// RabbitMQ sink speaks AMQP 0-9-1 and puts application properties in
+	// the message headers and content-type in the content_type property,
+	// the pairs RabbitMQ's own conversion between the two protocols uses
+	// (rabbitmq.com/docs/conversions). The CloudEvents Java SDK's Spring
+	// AMQP module also writes cloudEvents_ headers on AMQP 0-9-1.
+	AMQP = Binding{Prefix: "cloudEvents_", ContentTypeHeader: "content-type"}
+	// MQTT is bindings/mqtt-protocol-binding.md, 3.1.1 and 3.1.3 (MQTT 5):
+	// user properties named as the attributes, unprefixed, datacontenttype
+	// as the PUBLISH packet's Content Type property, values as canonical
+	// strings.
+	MQTT = Binding{ContentTypeHeader: "Content Type"}
 )
 
 // Headers returns the binary-mode headers of attrs, in their order.

@@ -80,6 +80,7 @@ func TestBindingHeaderNames(t *testing.T) {
 		"testdata/http-names.txt":  cloudevents.HTTP,
 		"testdata/kafka-names.txt": cloudevents.Kafka,
 		"testdata/nats-names.txt":  cloudevents.NATS,
+		"testdata/amqp-names.txt":  cloudevents.AMQP,
 	} {
 		f, err := os.Open(file)
 		if err != nil {
@@ -108,6 +109,43 @@ func TestBindingHeaderNames(t *testing.T) {
 	}
 }
 
+// TestMQTTUserPropertyNames checks the MQTT binding against its text:
+// "CloudEvents attribute names MUST be used unchanged in each mapped User
+// Property" (mqtt-protocol-binding.md 3.1.3.1), with the names of the
+// example's User Properties block (3.1.4). The example also lists
+// datacontenttype there, but 3.1.1 says the Content Type property "MUST be
+// mapped directly to the CloudEvents datacontenttype attribute" and 3.1.3
+// maps "all other" attributes to user properties: the normative text wins,
+// and TestBindingContentType checks it.
+func TestMQTTUserPropertyNames(t *testing.T) {
+	t.Parallel()
+	text, err := os.ReadFile("testdata/mqtt-names.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(text), "attribute names MUST be used unchanged") {
+		t.Fatal("testdata/mqtt-names.txt no longer holds section 3.1.3.1")
+	}
+	props := map[string]string{}
+	for _, h := range cloudevents.MQTT.Headers(cloudevents.Attributes(event(), "/shop/orders")) {
+		props[h.Name] = h.Value
+	}
+	_, example, _ := strings.Cut(string(text), "User Properties")
+	checked := 0
+	for _, m := range regexp.MustCompile(`(?m)^([a-z]+): `).FindAllStringSubmatch(example, -1) {
+		if m[1] == "datacontenttype" {
+			continue
+		}
+		checked++
+		if _, ok := props[m[1]]; !ok {
+			t.Errorf("attribute %s must be user property %s; properties are %v", m[1], m[1], props)
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("%d example user properties found, want at least 5", checked)
+	}
+}
+
 // TestBindingContentType checks where datacontenttype goes: HTTP
 // "Content-Type header value corresponds to ... the CloudEvents
 // datacontenttype attribute. Note that a ce-datacontenttype HTTP header MUST
@@ -115,7 +153,13 @@ func TestBindingHeaderNames(t *testing.T) {
 // content-type property MUST be mapped directly to the CloudEvents
 // datacontenttype attribute" (kafka-protocol-binding.md 3.2.1); NATS maps
 // "`datacontenttype` maps to `ce-datacontenttype`" (nats-protocol-binding.md
-// 3.1.3.1).
+// 3.1.3.1); AMQP "the AMQP `content-type` property field value maps
+// directly to the CloudEvents `datacontenttype` attribute"
+// (amqp-protocol-binding.md 3.1.1) and "All CloudEvents attributes with
+// exception of `datacontenttype`" go to application properties (3.1.3);
+// MQTT "the MQTT PUBLISH message's Content Type property MUST be mapped
+// directly to the CloudEvents datacontenttype attribute"
+// (mqtt-protocol-binding.md 3.1.1).
 func TestBindingContentType(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
@@ -125,6 +169,8 @@ func TestBindingContentType(t *testing.T) {
 		"http":  {cloudevents.HTTP, "Content-Type", "ce-datacontenttype"},
 		"kafka": {cloudevents.Kafka, "content-type", "ce_datacontenttype"},
 		"nats":  {cloudevents.NATS, "ce-datacontenttype", "Content-Type"},
+		"amqp":  {cloudevents.AMQP, "content-type", "cloudEvents_datacontenttype"},
+		"mqtt":  {cloudevents.MQTT, "Content Type", "datacontenttype"},
 	} {
 		found := false
 		for _, h := range tc.b.Headers(cloudevents.Attributes(event(), "/s")) {
@@ -161,9 +207,23 @@ func TestPercentEncode(t *testing.T) {
 			t.Errorf("HTTP ce-subject = %q, want percent-encoded", h.Value)
 		}
 	}
-	for _, h := range cloudevents.Kafka.Headers(cloudevents.Attributes(sinks.Event{Key: "Euro €", ContentType: "text/plain"}, "/s")) {
-		if h.Name == "ce_subject" && h.Value != "Euro €" {
-			t.Errorf("Kafka ce_subject = %q, want the UTF-8 value as is", h.Value)
+	// AMQP and MQTT carry strings as UTF-8: "the canonical string form"
+	// (amqp-protocol-binding.md 3.1.3.2), "the respective CloudEvents
+	// attribute type's canonical string representation"
+	// (mqtt-protocol-binding.md 3.1.3.2).
+	for name, b := range map[string]cloudevents.Binding{"ce_subject": cloudevents.Kafka,
+		"cloudEvents_subject": cloudevents.AMQP, "subject": cloudevents.MQTT} {
+		found := false
+		for _, h := range b.Headers(cloudevents.Attributes(sinks.Event{Key: "Euro €", ContentType: "text/plain"}, "/s")) {
+			if h.Name == name {
+				found = true
+				if h.Value != "Euro €" {
+					t.Errorf("%s = %q, want the UTF-8 value as is", name, h.Value)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no %s header", name)
 		}
 	}
 }

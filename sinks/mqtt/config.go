@@ -11,6 +11,20 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
+)
+
+// Format is how an event becomes a message.
+type Format string
+
+const (
+	// FormatHerald is the message described in the package documentation:
+	// the payload, Content Type, Herald-Id, Herald-Topic, Herald-Key and
+	// the event's headers as user properties. The default.
+	FormatHerald Format = "herald"
+	// FormatCloudEvents is a CloudEvent per the CloudEvents MQTT protocol
+	// binding (MQTT 5), in the content mode cloudevents.mode selects.
+	FormatCloudEvents Format = "cloudevents"
 )
 
 // Defaults of the optional settings.
@@ -55,6 +69,12 @@ type Config struct {
 	// Retain publishes every message with the retain flag, so that a new
 	// subscriber gets the last message of each topic. Defaults to false.
 	Retain bool `yaml:"retain"`
+	// Format is herald or cloudevents. Defaults to herald.
+	Format Format `yaml:"format"`
+	// CloudEvents sets the CloudEvents source and content mode; source is
+	// required when Format is cloudevents, and the block is refused with
+	// any other format.
+	CloudEvents cloudevents.Config `yaml:"cloudevents"`
 }
 
 // broker is a parsed URL: the address to dial and whether TLS is on.
@@ -123,6 +143,18 @@ func (c Config) Validate() error {
 	}
 	if c.KeepAlive < 0 || c.KeepAlive > 65535*time.Second {
 		return fmt.Errorf("keep_alive: %s must be between 0 and 65535s", c.KeepAlive)
+	}
+	switch c.Format {
+	case "", FormatHerald:
+		if c.CloudEvents != (cloudevents.Config{}) {
+			return errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)")
+		}
+	case FormatCloudEvents:
+		if err := c.CloudEvents.Validate(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("format: %q must be herald or cloudevents", c.Format)
 	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		return err

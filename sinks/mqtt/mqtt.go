@@ -17,6 +17,20 @@
 // order. An event header named like one of the sink's (in any case) is
 // dropped for the sink's value.
 //
+// # CloudEvents
+//
+// With format: cloudevents each message is a CloudEvent per the CloudEvents
+// MQTT protocol binding for MQTT 5 (package cloudevents, Binding MQTT). In
+// the binary mode the payload is the event's, Content Type =
+// datacontenttype, and every other attribute is a user property of its own
+// name, unprefixed (specversion, id, source, type, subject, time,
+// traceparent, extensions). The spec's example also lists datacontenttype
+// as a user property; its normative text (3.1.1, 3.1.3) puts it in Content
+// Type only, and so does the sink. In the structured mode the payload is the
+// JSON event format with Content Type application/cloudevents+json. Either
+// way there are no Herald- properties (consumers dedupe on id), and the
+// payload format indicator is set for JSON as above.
+//
 // # Delivery
 //
 // An event is reported delivered when the broker answered its PUBLISH with
@@ -370,7 +384,7 @@ func (b *batch) send(ctx context.Context, c *conn) {
 		if b.blocked(i) {
 			continue
 		}
-		p, err := encode(e, s.cfg.Retain, c.maxPacket)
+		p, err := encode(e, s.cfg, c.maxPacket)
 		if err != nil {
 			b.fail(i, err)
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
 	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
@@ -21,13 +23,29 @@ func benchEvent(queue string, i int) sinks.Event {
 	return e
 }
 
+// BenchmarkEncode encodes one event in each format: the cost of
+// format: cloudevents next to the herald format.
 func BenchmarkEncode(b *testing.B) {
 	e := benchEvent("orders.created", 1)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := encode(e, DefaultMaxMessageSize); err != nil {
-			b.Fatal(err)
-		}
+	// 200 bytes of JSON, which the structured mode embeds as it is.
+	e.Payload = []byte(`{"pad":"` + strings.Repeat("x", 190) + `"}`)
+	for _, f := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"herald", Config{}},
+		{"cloudevents-binary", Config{Format: FormatCloudEvents, CloudEvents: cloudevents.Config{Source: "/bench"}}},
+		{"cloudevents-structured", Config{Format: FormatCloudEvents, CloudEvents: cloudevents.Config{Mode: cloudevents.ModeStructured, Source: "/bench"}}},
+	} {
+		b.Run(f.name, func(b *testing.B) {
+			cfg := f.cfg.withDefaults()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := encode(e, cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

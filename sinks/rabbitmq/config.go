@@ -8,6 +8,21 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/cloudevents"
+)
+
+// Format is how an event becomes a message.
+type Format string
+
+const (
+	// FormatHerald is the message described in the package documentation:
+	// the payload, message_id, content_type, herald-topic, herald-key and
+	// the event's headers. The default.
+	FormatHerald Format = "herald"
+	// FormatCloudEvents is a CloudEvent per the CloudEvents AMQP protocol
+	// binding (cloudEvents_ headers), in the content mode cloudevents.mode
+	// selects.
+	FormatCloudEvents Format = "cloudevents"
 )
 
 // Defaults of the optional settings.
@@ -55,6 +70,12 @@ type Config struct {
 	// permanently without being sent. Keep it at or below the broker's
 	// max_message_size. Defaults to 134217728 (128 MiB, RabbitMQ's default).
 	MaxMessageSize int `yaml:"max_message_size"`
+	// Format is herald or cloudevents. Defaults to herald.
+	Format Format `yaml:"format"`
+	// CloudEvents sets the CloudEvents source and content mode; source is
+	// required when Format is cloudevents, and the block is refused with
+	// any other format.
+	CloudEvents cloudevents.Config `yaml:"cloudevents"`
 }
 
 // Validate reports the first configuration problem, naming the key.
@@ -81,6 +102,18 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageSize < 0 {
 		return fmt.Errorf("max_message_size: %d must not be negative", c.MaxMessageSize)
+	}
+	switch c.Format {
+	case "", FormatHerald:
+		if c.CloudEvents != (cloudevents.Config{}) {
+			return errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)")
+		}
+	case FormatCloudEvents:
+		if err := c.CloudEvents.Validate(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("format: %q must be herald or cloudevents", c.Format)
 	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		return err

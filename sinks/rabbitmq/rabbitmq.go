@@ -18,6 +18,21 @@
 // bytes, or a payload over max_message_size fails the event permanently,
 // unsent.
 //
+// # CloudEvents
+//
+// With format: cloudevents each message is a CloudEvent per the CloudEvents
+// AMQP protocol binding (package cloudevents, Binding AMQP). The binding is
+// written for AMQP 1.0; on AMQP 0-9-1 its application properties are the
+// message headers and its content-type the content_type property, which is
+// how RabbitMQ converts between the two protocols. In the binary mode the
+// body is the payload, content_type = datacontenttype, and every other
+// attribute is a string header cloudEvents_<name> (cloudEvents_id,
+// cloudEvents_source, cloudEvents_type…: the '_' separator, which the
+// spec prefers to ':' for JMS clients). In the structured mode the body is
+// the JSON event format and content_type application/cloudevents+json.
+// Either way message_id, delivery_mode and timestamp are set as above, and
+// there are no herald- headers; max_message_size counts the encoded body.
+//
 // # Delivery
 //
 // Publish sends the whole batch on one channel in confirm mode (a channel
@@ -395,7 +410,7 @@ func (b *batch) run(ctx context.Context) {
 		if b.blocked(i) {
 			continue
 		}
-		msg, err := encode(e, s.cfg.MaxMessageSize)
+		msg, err := encode(e, s.cfg)
 		if err != nil {
 			b.fail(i, err)
 			continue
