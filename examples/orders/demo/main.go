@@ -29,6 +29,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -52,6 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		opts    demo.Options
 		asJSON  bool
 		verbose bool
+		brokers string
 	)
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,10 +65,12 @@ needed: -database-url, else DATABASE_URL, else
 %s. When none answers and a Docker engine does,
 a throwaway PostgreSQL container is started. The demo works in its own
 schema (-schema, default %s), dropped before and after the run unless
--keep.
+-keep. -sinks adds sinks whose servers must already run: Redis (REDIS_URL,
+else %s), RabbitMQ (RABBITMQ_URL, else %s) and MQTT
+(MQTT_URL, else %s).
 
 Flags:
-`, demo.DefaultDatabaseURL, demo.DefaultSchema)
+`, demo.DefaultDatabaseURL, demo.DefaultSchema, demo.DefaultRedisURL, demo.DefaultRabbitMQURL, demo.DefaultMQTTURL)
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL connection string (default: DATABASE_URL, else the local server)")
@@ -78,6 +82,7 @@ Flags:
 	fs.BoolVar(&opts.Keep, "keep", false, "keep the demo schema (orders, outbox) at the end")
 	fs.DurationVar(&opts.Timeout, "timeout", 3*time.Minute, "give up after this long")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON (durations in milliseconds, in fields ending _ms)")
+	fs.StringVar(&brokers, "sinks", "", "also deliver orders.* to these running servers, comma-separated: "+strings.Join(demo.BrokerSinks, ","))
 	fs.BoolVar(&verbose, "v", false, "print the relay's warnings (each failed delivery)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -92,6 +97,10 @@ Flags:
 	if opts.DatabaseURL == "" {
 		opts.DatabaseURL = os.Getenv("DATABASE_URL")
 	}
+	if brokers != "" {
+		opts.Brokers = strings.Split(brokers, ",")
+	}
+	opts.RedisURL, opts.RabbitMQURL, opts.MQTTURL = os.Getenv("REDIS_URL"), os.Getenv("RABBITMQ_URL"), os.Getenv("MQTT_URL")
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "outage" && opts.Outage == 0 {
 			opts.Outage = -1 // asked for no outage
