@@ -4,13 +4,16 @@
 //	go run ./examples/orders/demo            # 500 orders
 //	go run ./examples/orders/demo -short     # 100 orders and a 1s outage
 //	go run ./examples/orders/demo -json      # the summary as JSON
+//	go run ./examples/orders/demo -sinks redis,rabbitmq,mqtt   # also to servers running here
 //
 // An order service commits orders and their events in one transaction, and
 // a relay fans them out to an embedded NATS JetStream server, a webhook
 // receiver and an SMTP server. The webhook fails for a while (HTTP 503,
 // retried) and refuses a few events (HTTP 400, dead-lettered); the demo then
 // fixes it, replays the dead letters and prints what reached every sink,
-// with commit-to-publish latencies.
+// with commit-to-publish latencies. -sinks adds Redis Streams, RabbitMQ
+// and MQTT sinks whose servers already run, each read back by a consumer of
+// the demo's own.
 //
 // It lives here, not in the relay binary, because its embedded servers (and
 // the Docker client that starts PostgreSQL when none answers) have no place
