@@ -133,9 +133,11 @@ func readmeRuns(id string) map[string]readmeRun {
 		"relay dlq replay --sink billing --dry-run":   {want: []string{id, "dry run: would replay 1 dead letter into"}},
 		"relay dlq purge --older-than 720h --dry-run": {want: []string{"dry run: would purge 0 dead letters"}},
 		// The example's Kafka and SMTP servers do not run here (exit 1
-		// naming them); NATS does.
-		"relay config check --config relay.yaml": {codes: []int{0, 1}, env: []string{"BILLING_WEBHOOK_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+		// naming them), nor its RabbitMQ exchange; NATS, Mosquitto and
+		// Redis do.
+		"relay config check --config relay.yaml": {codes: []int{0, 1}, env: []string{"BILLING_WEBHOOK_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "RABBITMQ_URL=amqp://guest:guest@localhost:5672/"},
 			want: []string{"config relay.yaml: valid", "is migrated", "sink bus (nats): ok", "sink events-kafka (kafka): ", "sink mail (email): ",
+				"sink devices (mqtt): ok", "sink streams (redis): ok", "sink rabbit (rabbitmq): ",
 				"sink billing (webhook): not checked", "orders.* -> events-kafka (kafka: the event's topic), bus (nats: events.{{.Topic}}), billing (webhook)"}},
 		"relay migrate down": {want: []string{fmt.Sprintf("reverted %03d_", migrations.Latest())}},
 	}
@@ -308,7 +310,7 @@ func TestREADMEConfigExample(t *testing.T) {
 	t.Parallel()
 	text := readme(t)
 	example := readmeConfigExample(t, text)
-	env := map[string]string{"BILLING_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+	env := map[string]string{"BILLING_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "RABBITMQ_URL": "amqp://guest:guest@localhost:5672/"}
 	if _, err := relayconfig.Parse("README example", []byte(example), func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatalf("the README's configuration example does not load: %v", err)
 	}

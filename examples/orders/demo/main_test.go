@@ -13,6 +13,9 @@ import (
 	"github.com/heraldhq/herald/examples/orders/internal/demo"
 	"github.com/heraldhq/herald/migrations/pgtest"
 	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
+	"github.com/heraldhq/herald/sinks/mqtt/mqtttest"
+	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
+	"github.com/heraldhq/herald/sinks/redis/redistest"
 )
 
 // repoRoot is the repository root, relative to this package.
@@ -95,7 +98,8 @@ func TestReadmeDemoCommand(t *testing.T) {
 }
 
 // TestDemoBinaryErrors: no server answers and no Docker engine either, so
-// the demo says what to run and exits 1; bad flags exit 2.
+// the demo says what to run and exits 1; so does a -sinks naming an
+// unknown sink or a server that does not answer; bad flags exit 2.
 func TestDemoBinaryErrors(t *testing.T) {
 	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "demo")
@@ -122,8 +126,54 @@ func TestDemoBinaryErrors(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, `invalid value "many" for flag -orders`) {
 		t.Fatalf("--orders many: exit %d, stderr:\n%s", code, stderr)
 	}
+	stderr, code = run([]string{"DATABASE_URL=" + pgtest.URL(t)}, "--sinks", "redis,kafka")
+	if code != 1 || !strings.Contains(stderr, `sinks: unknown sink "kafka" (known: redis, rabbitmq, mqtt)`) {
+		t.Fatalf("--sinks redis,kafka: exit %d, stderr:\n%s", code, stderr)
+	}
+	stderr, code = run([]string{"DATABASE_URL=" + pgtest.URL(t), "REDIS_URL=redis://127.0.0.1:1/0"}, "--short", "--sinks", "redis", "--schema", pgtest.UniqueName(demo.DefaultSchema))
+	if code != 1 || !strings.Contains(stderr, "redis sink: no Redis at redis://127.0.0.1:1/0") || !strings.Contains(stderr, "leave redis out") {
+		t.Fatalf("--sinks redis with no Redis: exit %d, stderr:\n%s", code, stderr)
+	}
 	stderr, code = run(nil, "extra")
 	if code != 2 || !strings.Contains(stderr, `unexpected argument "extra"`) {
 		t.Fatalf("an argument: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// TestReadmeDemoWithBrokerSinks runs the README's demo command with
+// --sinks redis,rabbitmq,mqtt against the machine's Redis, RabbitMQ and
+// Mosquitto: each of them must receive every orders.* event, as read by
+// the demo's own consumers (XREAD, an AMQP queue, a QoS 1 subscription),
+// and the summary must add up.
+func TestReadmeDemoWithBrokerSinks(t *testing.T) {
+	t.Parallel()
+	env := []string{"DATABASE_URL=" + pgtest.URL(t), "REDIS_URL=" + redistest.URL(t),
+		"RABBITMQ_URL=" + rabbitmqtest.URL(t), "MQTT_URL=" + mqtttest.URL(t)}
+	schema := pgtest.UniqueName(demo.DefaultSchema)
+	stdout, stderr, code := goCommand(t, env,
+		"run", "./examples/orders/demo", "--short", "--json", "--sinks", "redis,rabbitmq,mqtt", "--schema", schema)
+	if code != 0 {
+		t.Fatalf("go run ./examples/orders/demo --short --json --sinks redis,rabbitmq,mqtt: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	var s demo.Summary
+	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+		t.Fatalf("summary is not JSON: %v\n%s", err, stdout)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatalf("summary does not add up: %v\n%s", err, stdout)
+	}
+	routed := map[string]int{"nats": 200, "webhook": 200, "email": 100, "redis": 200, "rabbitmq": 200, "mqtt": 200}
+	if len(s.Sinks) != len(routed) {
+		t.Fatalf("sinks in the summary: %+v, want %v", s.Sinks, routed)
+	}
+	for _, k := range s.Sinks {
+		if k.Published != routed[k.Name] || k.Routed != routed[k.Name] || k.Latency.P50 <= 0 {
+			t.Fatalf("sink %s: %+v", k.Name, k)
+		}
+	}
+	for _, name := range []string{"redis", "rabbitmq", "mqtt"} {
+		if !strings.Contains(stderr, "demo: "+name+" sink, delivering to ") {
+			t.Errorf("the demo did not say where the %s sink delivers:\n%s", name, stderr)
+		}
 	}
 }

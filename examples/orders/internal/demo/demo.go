@@ -101,6 +101,13 @@ type Options struct {
 	// Logger receives the relay's and the order service's logs. Defaults to
 	// none.
 	Logger *slog.Logger
+	// Brokers adds sinks whose servers run outside the demo (BrokerSinks:
+	// redis, rabbitmq, mqtt), routed orders.* like NATS and the webhook.
+	// Defaults to none: the demo then needs only PostgreSQL.
+	Brokers []string
+	// RedisURL, RabbitMQURL and MQTTURL are the servers of Brokers.
+	// Default to DefaultRedisURL, DefaultRabbitMQURL and DefaultMQTTURL.
+	RedisURL, RabbitMQURL, MQTTURL string
 }
 
 func (o Options) withDefaults() Options {
@@ -141,6 +148,15 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.RedisURL == "" {
+		o.RedisURL = DefaultRedisURL
+	}
+	if o.RabbitMQURL == "" {
+		o.RabbitMQURL = DefaultRabbitMQURL
+	}
+	if o.MQTTURL == "" {
+		o.MQTTURL = DefaultMQTTURL
+	}
 	return o
 }
 
@@ -154,6 +170,9 @@ func (o Options) validate() error {
 		return fmt.Errorf("reject every: must be at least 1, got %d", o.RejectEvery)
 	case !strings.HasPrefix(o.Schema, DefaultSchema):
 		return fmt.Errorf("schema: %q must start with %q (the demo drops it)", o.Schema, DefaultSchema)
+	}
+	if err := validateBrokers(o.Brokers); err != nil {
+		return err
 	}
 	if _, err := pgx.ParseConfig(o.DatabaseURL); err != nil {
 		return fmt.Errorf("database url: %s", relayconfig.ScrubPassword(err.Error(), o.DatabaseURL))
@@ -202,10 +221,12 @@ type run struct {
 	nats *natsPeer
 	hook *webhookPeer
 	mail *mailPeer
-	rl   *relay.Relay
-	obs  *observer
-	svc  *http.Server
-	base string // the order service's URL
+	// brokers are the sinks of Options.Brokers, in that order.
+	brokers []*brokerPeer
+	rl      *relay.Relay
+	obs     *observer
+	svc     *http.Server
+	base    string // the order service's URL
 
 	commitMu sync.Mutex
 	commits  map[string]time.Time // event id → commit time
@@ -304,6 +325,18 @@ func (d *run) setup(ctx context.Context) error {
 	}
 	d.note(fmt.Sprintf("demo: NATS JetStream %s (stream %s), webhook %s, SMTP 127.0.0.1:%d",
 		d.nats.url(), d.nats.stream, d.hook.url(), d.mail.srv.Port()))
+	runID := newRunID()
+	for _, name := range d.opts.Brokers {
+		b, err := startBroker(ctx, name, d.opts, runID)
+		if err != nil {
+			return err
+		}
+		d.addCloser(b.close)
+		d.brokers = append(d.brokers, b)
+		var dest strings.Builder
+		_ = b.destination.Execute(&dest, relay.DestinationData{Topic: "<topic>"})
+		d.note(fmt.Sprintf("demo: %s sink, delivering to %s", name, dest.String()))
+	}
 
 	if err := d.startRelay(ctx, tmp); err != nil {
 		return err
@@ -338,6 +371,14 @@ func (d *run) startRelay(ctx context.Context, templatesDir string) error {
 		return errors.Join(err, natsSink.Close(ctx), hookSink.Close(ctx))
 	}
 	all := []sinks.Sink{natsSink, hookSink, mailSink}
+	orderTargets := []relay.Target{
+		{Sink: natsSink, Destination: template.Must(template.New("nats").Parse(natsSubjectPrefix + ".{{.Topic}}"))},
+		{Sink: hookSink},
+	}
+	for _, b := range d.brokers {
+		all = append(all, b.sink)
+		orderTargets = append(orderTargets, relay.Target{Sink: b.sink, Destination: b.destination})
+	}
 	d.addCloser(func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -359,10 +400,7 @@ func (d *run) startRelay(ctx context.Context, templatesDir string) error {
 		Logger:      d.opts.Logger,
 		Observer:    d.obs,
 		Routes: []relay.Route{
-			{Topics: []string{"orders.*"}, Targets: []relay.Target{
-				{Sink: natsSink, Destination: template.Must(template.New("nats").Parse(natsSubjectPrefix + ".{{.Topic}}"))},
-				{Sink: hookSink},
-			}},
+			{Topics: []string{"orders.*"}, Targets: orderTargets},
 			{Topics: []string{"email.*"}, Targets: []relay.Target{{Sink: mailSink}}},
 		},
 	}
@@ -601,7 +639,7 @@ func (d *run) routed() map[string]int {
 	defer d.commitMu.Unlock()
 	out := map[string]int{}
 	for _, topic := range d.topics {
-		for _, s := range sinksOf(topic) {
+		for _, s := range d.sinksOf(topic) {
 			out[s]++
 		}
 	}
@@ -609,18 +647,27 @@ func (d *run) routed() map[string]int {
 }
 
 // sinksOf is the demo's routing table.
-func sinksOf(topic string) []string {
+func (d *run) sinksOf(topic string) []string {
 	switch {
 	case relay.MatchTopic("orders.*", topic):
-		return []string{SinkNATS, SinkWebhook}
+		return append([]string{SinkNATS, SinkWebhook}, d.opts.Brokers...)
 	case relay.MatchTopic("email.*", topic):
 		return []string{SinkEmail}
 	}
 	return nil
 }
 
+// sinkNames lists the run's sinks in the order the summary shows them.
+func (d *run) sinkNames() []string {
+	return append([]string{SinkNATS, SinkWebhook, SinkEmail}, d.opts.Brokers...)
+}
+
 func (d *run) peers() map[string]*arrivals {
-	return map[string]*arrivals{SinkNATS: d.nats.got, SinkWebhook: d.hook.got, SinkEmail: d.mail.got}
+	peers := map[string]*arrivals{SinkNATS: d.nats.got, SinkWebhook: d.hook.got, SinkEmail: d.mail.got}
+	for _, b := range d.brokers {
+		peers[b.name] = b.got
+	}
+	return peers
 }
 
 // allArrived reports whether every sink's peer has every event routed to it.

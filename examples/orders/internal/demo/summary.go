@@ -182,7 +182,7 @@ func (d *run) summary(ctx context.Context) (*Summary, error) {
 	d.commitMu.Unlock()
 	routed := d.routed()
 	var all []time.Duration
-	for _, name := range []string{SinkNATS, SinkWebhook, SinkEmail} {
+	for _, name := range d.sinkNames() {
 		a := d.peers()[name]
 		published, dups := a.count()
 		retried, dead := d.obs.counts(name)
@@ -295,7 +295,7 @@ func (d *run) progress(ctx context.Context) func() {
 func (d *run) printProgress(ctx context.Context) {
 	routed := d.routed()
 	line := fmt.Sprintf("orders %d/%d paid", d.paid.Load(), d.opts.Orders)
-	for _, name := range []string{SinkNATS, SinkWebhook, SinkEmail} {
+	for _, name := range d.sinkNames() {
 		n, _ := d.peers()[name].count()
 		line += fmt.Sprintf(" | %s %d/%d", name, n, routed[name])
 	}
