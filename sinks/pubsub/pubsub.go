@@ -270,18 +270,23 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 	if err != nil {
 		return sinks.Fill(len(events), err)
 	}
-	failed := map[orderKey]bool{}
+	// failed holds the keys with a failed event in this call: their later
+	// events are skipped (order is per key, whatever the topic). resume
+	// holds the queues the library may have paused.
+	failed := map[string]bool{}
+	resume := map[orderKey]bool{}
 	fail := func(i int, k orderKey, err error) {
 		results[i] = err
 		if k.key != "" {
-			failed[k] = true
+			failed[k.key] = true
+			resume[k] = true
 		}
 	}
 	used := map[string]*topicPublisher{}
 	pending := make([]sent, 0, len(events))
 	for i, e := range events {
 		k := orderKey{e.Destination, e.Key}
-		if failed[k] {
+		if failed[k.key] {
 			results[i] = sinks.ErrSkipped
 			continue
 		}
@@ -325,7 +330,7 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 		}
 		var paused pubsub.ErrPublishingPaused
 		switch {
-		case errors.As(err, &paused) && failed[p.key]:
+		case errors.As(err, &paused) && failed[p.key.key]:
 			results[p.i] = sinks.ErrSkipped
 		case errors.As(err, &paused):
 			fail(p.i, p.key, fmt.Errorf("event %s: %w", events[p.i].ID, ErrKeyPaused))
@@ -336,7 +341,7 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 	// The library keeps a failed key paused until told otherwise: the
 	// failure is reported, and the relay decides when to send the key
 	// again.
-	for k := range failed {
+	for k := range resume {
 		if tp, ok := used[k.topic]; ok {
 			tp.p.ResumePublish(k.key)
 		}
