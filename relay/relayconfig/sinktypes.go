@@ -12,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/sinks/email"
 	"github.com/heraldhq/herald/sinks/kafka"
 	"github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
 	"github.com/heraldhq/herald/sinks/webhook"
@@ -40,6 +41,7 @@ var sinkTypes = map[string]sinkType{
 	"email":    sinkTypeOf(email.New),
 	"rabbitmq": sinkTypeOf(rabbitmq.New),
 	"redis":    sinkTypeOf(redis.New),
+	"pubsub":   sinkTypeOf(pubsub.New),
 }
 
 // noConfig is the settings of a sink type that has none.
