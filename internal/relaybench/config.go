@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/redis"
 )
 
@@ -54,6 +55,9 @@ const (
 	SinkRabbitMQ = "rabbitmq"
 	// SinkRedis publishes to a throwaway stream on RedisURL.
 	SinkRedis = "redis"
+	// SinkPubSub publishes to a throwaway topic of PubSubProject, at
+	// PubSubEndpoint.
+	SinkPubSub = "pubsub"
 )
 
 // Config configures a run. Zero fields take the default their comment
@@ -156,6 +160,14 @@ type Config struct {
 	// (MAXLEN ~) as a production stream would be, and deletes it at the
 	// end. Defaults to redis://127.0.0.1:6379/0.
 	RedisURL string
+	// PubSubEndpoint is host:port of the Pub/Sub emulator (or pstest) for
+	// SinkPubSub; empty means Google's endpoint with the environment's
+	// credentials. The run creates a throwaway topic and deletes it at the
+	// end. Defaults to "".
+	PubSubEndpoint string
+	// PubSubProject is the project of the throwaway topic. Defaults to
+	// herald-bench.
+	PubSubProject string
 
 	// Outage is how long the sink "down" refuses events: from the backlog's
 	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
@@ -203,6 +215,7 @@ const (
 	DefaultRedisMaxLen     = 200_000
 	DefaultNATSMaxMsgs     = 200_000
 	DefaultRabbitMQURL     = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultPubSubProject   = "herald-bench"
 	DefaultKafkaPartitions = 8
 	DefaultTimeout         = 5 * time.Minute
 
@@ -293,6 +306,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RedisURL == "" {
 		c.RedisURL = DefaultRedisURL
+	}
+	if c.PubSubProject == "" {
+		c.PubSubProject = DefaultPubSubProject
 	}
 	if c.RabbitMQURL == "" {
 		c.RabbitMQURL = DefaultRabbitMQURL
@@ -393,8 +409,12 @@ func (c Config) Validate() error {
 		if err := (redis.Config{URL: c.RedisURL}).Validate(); err != nil {
 			return fmt.Errorf("--redis-url: %w", err)
 		}
+	case SinkPubSub:
+		if err := (pubsub.Config{Project: c.PubSubProject, Endpoint: c.PubSubEndpoint}).Validate(); err != nil {
+			return fmt.Errorf("--pubsub-%w", err)
+		}
 	default:
-		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis or rabbitmq", c.Sink)
+		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis, rabbitmq or pubsub", c.Sink)
 	}
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)
