@@ -218,6 +218,9 @@ func (s *Sink) acquire(client *pubsub.Client, topic string) (*topicPublisher, er
 		p.PublishSettings.Timeout = s.cfg.Timeout
 		p.PublishSettings.CountThreshold = pubsub.MaxPublishRequestCount
 		p.PublishSettings.ByteThreshold = bundleBytes
+		// Publish flushes at the end of each call: a bundle is sent when
+		// full or then, not when a timer cuts a batch into pieces.
+		p.PublishSettings.DelayThreshold = s.cfg.Timeout
 		tp = &topicPublisher{p: p}
 		s.pubs[topic] = tp
 	}
