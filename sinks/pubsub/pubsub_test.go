@@ -527,3 +527,30 @@ func TestReconnects(t *testing.T) {
 		t.Fatalf("server stored %d messages, want at least 6", n)
 	}
 }
+
+// TestPublisherCacheIsBounded: with max_topics 2, publishing to three
+// topics in turn, and to the first ones again after their publishers were
+// evicted, delivers every event: an evicted publisher is stopped and never
+// used again (a stopped one refuses every message). That eviction happens
+// is not observed here, only that it breaks nothing.
+func TestPublisherCacheIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topics := []string{uniqueTopic("cache"), uniqueTopic("cache"), uniqueTopic("cache")}
+	for _, topic := range topics {
+		b.createTopic(t, topic)
+	}
+	s := newSink(t, pubsub.Config{Endpoint: b.endpoint, MaxTopics: 2})
+	for _, topic := range append(topics, topics[0], topics[1]) {
+		requireDelivered(t, publish(t, s, []sinks.Event{sinktest.Event(topic, "k", []byte(`{}`))}))
+	}
+	for i, topic := range topics {
+		want := 1
+		if i < 2 {
+			want = 2
+		}
+		if n := len(b.received(topic)); n != want {
+			t.Fatalf("topic %d: server stored %d messages, want %d", i, n, want)
+		}
+	}
+}
