@@ -71,10 +71,11 @@ order, and exits 1 when not.
 --sink names where events go: discard (in-process, the default), nats (a
 throwaway stream on --nats-url), kafka (a throwaway topic on
 --kafka-brokers), webhook (POSTs to --webhook-url, which must answer
-2xx), rabbitmq (a throwaway durable queue on --rabbitmq-url) or mqtt (QoS 1
-to --mqtt-url, under a topic of the run's own). The bench starts no broker or receiver of its own; for development,
-"go run ./internal/cmd/benchpeer" starts a Kafka broker and a webhook
-receiver in one process.
+2xx), rabbitmq (a throwaway durable queue on --rabbitmq-url), mqtt (QoS 1
+to --mqtt-url, under a topic of the run's own) or pubsub (a throwaway topic
+at --pubsub-endpoint). The bench starts no broker or receiver of its own;
+for development, "go run ./internal/cmd/benchpeer" starts a Kafka broker,
+a webhook receiver and a Pub/Sub server (pstest) in one process.
 
 The database comes from --database-url, DATABASE_URL or database.url in
 --config. Relays run in this process; CPU and RSS are this process's.`,
@@ -164,7 +165,7 @@ The database comes from --database-url, DATABASE_URL or database.url in
 	f.DurationVar(&cfg.PauseMax, "pause-max", 0, "relay.sink_pause.max: the longest wait between probes of a sink that is down (0: 1s for outage and isolation, else the relay's default)")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "relay.backoff.max: the longest wait between retries of a failed event (0: 1s for hotkey, else the relay's default)")
 	f.IntVar(&cfg.HotEvents, "hot-events", relaybench.DefaultHotEvents, "hotkey: events of the hot key queued behind its failing head (0: no hot key, the run to compare with)")
-	f.StringVar(&sink, "sink", relaybench.SinkDiscard, "discard, nats (JetStream at --nats-url), kafka (at --kafka-brokers), webhook (at --webhook-url), redis (at --redis-url), rabbitmq (at --rabbitmq-url) or mqtt (at --mqtt-url)")
+	f.StringVar(&sink, "sink", relaybench.SinkDiscard, "discard, nats (JetStream at --nats-url), kafka (at --kafka-brokers), webhook (at --webhook-url), redis (at --redis-url), rabbitmq (at --rabbitmq-url), mqtt (at --mqtt-url) or pubsub (at --pubsub-endpoint)")
 	f.StringVar(&cfg.NATSURL, "nats-url", relaybench.DefaultNATSURL, "nats: JetStream server (a throwaway stream is created and deleted)")
 	f.BoolVar(&cfg.NATSFileStorage, "nats-file-storage", false, "nats: file storage for the stream (default memory)")
 	f.IntVar(&cfg.NATSMaxMsgs, "nats-max-msgs", relaybench.DefaultNATSMaxMsgs, "nats: the stream keeps the newest this many messages (-1: all)")
@@ -174,6 +175,8 @@ The database comes from --database-url, DATABASE_URL or database.url in
 	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "webhook: the receiver to POST events to (it must answer 2xx)")
 	f.StringVar(&cfg.RedisURL, "redis-url", relaybench.DefaultRedisURL, "redis: the server (a throwaway stream, capped with MAXLEN ~, is appended to and deleted)")
 	f.StringVar(&cfg.MQTTURL, "mqtt-url", relaybench.DefaultMQTTURL, "mqtt: the broker to publish to, QoS 1")
+	f.StringVar(&cfg.PubSubEndpoint, "pubsub-endpoint", "", "pubsub: host:port of a Pub/Sub emulator (empty: Google, with the environment's credentials; a throwaway topic is created and deleted)")
+	f.StringVar(&cfg.PubSubProject, "pubsub-project", relaybench.DefaultPubSubProject, "pubsub: the project of the throwaway topic")
 	f.DurationVar(&cfg.Timeout, "timeout", relaybench.DefaultTimeout, "give up waiting for deliveries after this long")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the bench schema instead of dropping it")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/heraldhq/herald/migrations/pgtest"
@@ -101,6 +102,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--sink", "webhook", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--webhook-url: required with --sink webhook"},
 		{[]string{"bench", "--sink", "redis", "--redis-url", "http://u:pa55@127.0.0.1:6379", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--redis-url: url: "http://[redacted]@127.0.0.1:6379": the scheme must be redis, rediss or unix`},
 		{[]string{"bench", "--sink", "rabbitmq", "--rabbitmq-url", "http://guest:s3cret@127.0.0.1:5672/", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--rabbitmq-url: not an AMQP URI"},
+		{[]string{"bench", "--sink", "pubsub", "--pubsub-endpoint", "localhost", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--pubsub-endpoint: "localhost" is not host:port`},
+		{[]string{"bench", "--sink", "pubsub", "--pubsub-project", "a/b", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--pubsub-project: "a/b" is not a project id`},
 		{[]string{"bench", "--nats-embedded", "--database-url", "postgres://u@127.0.0.1:1/db"}, "unknown flag: --nats-embedded"},
 		{[]string{"bench", "--schema", "x", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--schema: relay bench creates"},
 		{[]string{"bench"}, "--database-url: no database given"},
@@ -138,6 +141,8 @@ func TestBenchSinksAtPeers(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(receiver.Close)
+	pubsubServer := pstest.NewServer()
+	t.Cleanup(func() { _ = pubsubServer.Close() })
 
 	cases := map[string][]string{
 		"nats":     {"--sink", "nats", "--nats-url", natstest.URL(t)},
@@ -145,6 +150,7 @@ func TestBenchSinksAtPeers(t *testing.T) {
 		"webhook":  {"--sink", "webhook", "--webhook-url", receiver.URL + "/hook"},
 		"rabbitmq": {"--sink", "rabbitmq", "--rabbitmq-url", rabbitmqtest.URL(t)},
 		"redis":    {"--sink", "redis", "--redis-url", redistest.URL(t)},
+		"pubsub":   {"--sink", "pubsub", "--pubsub-endpoint", pubsubServer.Addr},
 	}
 	for name, sinkArgs := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -169,6 +175,9 @@ func TestBenchSinksAtPeers(t *testing.T) {
 			}
 			if name == "webhook" && received.Load() < 300 {
 				t.Fatalf("the receiver got %d of 300 events", received.Load())
+			}
+			if name == "pubsub" && len(pubsubServer.Messages()) < 300 {
+				t.Fatalf("the Pub/Sub server stored %d of 300 events", len(pubsubServer.Messages()))
 			}
 		})
 	}

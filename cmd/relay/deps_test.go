@@ -8,10 +8,10 @@ import (
 )
 
 // forbiddenDeps are import path prefixes the production binary must not
-// link: test servers (a Kafka broker, a NATS server, an SMTP server), the
-// Docker client and testcontainers that start PostgreSQL for tests, test
-// assertion libraries, logrus (which only those bring in), and Herald's own
-// test helpers and examples. github.com/emersion/go-smtp is not listed: its
+// link: test servers (a Kafka broker, a NATS server, an SMTP server, the
+// Pub/Sub fake pstest), the Docker client and testcontainers that start
+// PostgreSQL for tests, test assertion libraries, logrus (which only those
+// bring in), and Herald's own test helpers and examples. github.com/emersion/go-smtp is not listed: its
 // one package holds both the client the email sink uses and the server the
 // tests use, so a package list cannot tell them apart; the linker keeps only
 // the client, and sinks/email/smtptest, which starts the server, is listed.
@@ -28,6 +28,7 @@ var forbiddenDeps = []string{
 	"github.com/heraldhq/herald/sinks/email/smtptest",
 	"github.com/heraldhq/herald/sinks/nats/natstest",
 	"github.com/heraldhq/herald/sinks/redis/redistest",
+	"cloud.google.com/go/pubsub/v2/pstest",
 	"github.com/heraldhq/herald/sinks/sinktest",
 	"github.com/heraldhq/herald/examples",
 	"github.com/heraldhq/herald/internal/cmd",

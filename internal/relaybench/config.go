@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/sinks/mqtt"
+	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/redis"
 )
 
@@ -57,6 +58,9 @@ const (
 	SinkRedis = "redis"
 	// SinkMQTT publishes to a topic of the run's own on MQTTURL.
 	SinkMQTT = "mqtt"
+	// SinkPubSub publishes to a throwaway topic of PubSubProject, at
+	// PubSubEndpoint.
+	SinkPubSub = "pubsub"
 )
 
 // Config configures a run. Zero fields take the default their comment
@@ -121,7 +125,7 @@ type Config struct {
 	Progress io.Writer
 
 	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook, SinkRedis,
-	// SinkRabbitMQ or SinkMQTT. Defaults to SinkDiscard.
+	// SinkRabbitMQ, SinkMQTT or SinkPubSub. Defaults to SinkDiscard.
 	Sink string
 	// NATSURL is the JetStream server for SinkNATS. Defaults to
 	// nats://127.0.0.1:4222.
@@ -161,6 +165,14 @@ type Config struct {
 	// MQTTURL is the broker SinkMQTT publishes to, QoS 1, under a topic
 	// unique to the run. Defaults to mqtt://127.0.0.1:1883.
 	MQTTURL string
+	// PubSubEndpoint is host:port of the Pub/Sub emulator (or pstest) for
+	// SinkPubSub; empty means Google's endpoint with the environment's
+	// credentials. The run creates a throwaway topic and deletes it at the
+	// end. Defaults to "".
+	PubSubEndpoint string
+	// PubSubProject is the project of the throwaway topic. Defaults to
+	// herald-bench.
+	PubSubProject string
 
 	// Outage is how long the sink "down" refuses events: from the backlog's
 	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
@@ -208,6 +220,7 @@ const (
 	DefaultRedisMaxLen     = 200_000
 	DefaultNATSMaxMsgs     = 200_000
 	DefaultRabbitMQURL     = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultPubSubProject   = "herald-bench"
 	DefaultKafkaPartitions = 8
 	DefaultMQTTURL         = "mqtt://127.0.0.1:1883"
 	DefaultTimeout         = 5 * time.Minute
@@ -299,6 +312,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RedisURL == "" {
 		c.RedisURL = DefaultRedisURL
+	}
+	if c.PubSubProject == "" {
+		c.PubSubProject = DefaultPubSubProject
 	}
 	if c.RabbitMQURL == "" {
 		c.RabbitMQURL = DefaultRabbitMQURL
@@ -406,8 +422,12 @@ func (c Config) Validate() error {
 		if err := (mqtt.Config{URL: c.MQTTURL}).Validate(); err != nil {
 			return fmt.Errorf("--mqtt-%w", err) // "url: ...", the only key set
 		}
+	case SinkPubSub:
+		if err := (pubsub.Config{Project: c.PubSubProject, Endpoint: c.PubSubEndpoint}).Validate(); err != nil {
+			return fmt.Errorf("--pubsub-%w", err)
+		}
 	default:
-		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis, rabbitmq or mqtt", c.Sink)
+		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis, rabbitmq, mqtt or pubsub", c.Sink)
 	}
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)

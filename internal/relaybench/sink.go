@@ -10,16 +10,22 @@ import (
 	"text/template"
 	"time"
 
+	gpubsub "cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 	kafkago "github.com/segmentio/kafka-go"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/kafka"
 	"github.com/heraldhq/herald/sinks/mqtt"
 	natssink "github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
 	"github.com/heraldhq/herald/sinks/webhook"
@@ -61,6 +67,8 @@ func startDestination(ctx context.Context, cfg Config, name string, logger *slog
 		err = d.startRabbitMQ(cfg, name, logger)
 	case SinkMQTT:
 		err = d.startMQTT(ctx, cfg, name, logger)
+	case SinkPubSub:
+		err = d.startPubSub(ctx, cfg, name, logger)
 	}
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -251,6 +259,40 @@ func (d *destinationEnv) startMQTT(ctx context.Context, cfg Config, name string,
 	d.destination = literal("herald_bench/" + name + "/events")
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
 		return mqtt.New(sinkName, mqtt.Config{URL: cfg.MQTTURL}, logger)
+	}
+	return nil
+}
+
+// startPubSub creates a throwaway topic in cfg.PubSubProject (deleted at
+// the end) at cfg.PubSubEndpoint, or at Google with the environment's
+// credentials when it is empty.
+func (d *destinationEnv) startPubSub(ctx context.Context, cfg Config, name string, logger *slog.Logger) error {
+	var opts []option.ClientOption
+	if cfg.PubSubEndpoint != "" {
+		opts = append(opts, option.WithEndpoint(cfg.PubSubEndpoint), option.WithoutAuthentication(),
+			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	}
+	client, err := gpubsub.NewClient(ctx, cfg.PubSubProject, opts...)
+	if err != nil {
+		return fmt.Errorf("--pubsub-endpoint: %w", err)
+	}
+	d.closers = append(d.closers, func(context.Context) error { return client.Close() })
+	topic := "herald_bench_" + name
+	fullName := "projects/" + cfg.PubSubProject + "/topics/" + topic
+	createCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := client.TopicAdminClient.CreateTopic(createCtx, &pubsubpb.Topic{Name: fullName}); err != nil {
+		return fmt.Errorf("--pubsub-endpoint: creating topic %s: %w", fullName, err)
+	}
+	d.closers = append(d.closers, func(ctx context.Context) error {
+		if err := client.TopicAdminClient.DeleteTopic(ctx, &pubsubpb.DeleteTopicRequest{Topic: fullName}); err != nil {
+			return fmt.Errorf("deleting Pub/Sub topic %s: %w", fullName, err)
+		}
+		return nil
+	})
+	d.destination = literal(topic)
+	d.newSink = func(sinkName string) (sinks.Sink, error) {
+		return pubsub.New(sinkName, pubsub.Config{Project: cfg.PubSubProject, Endpoint: cfg.PubSubEndpoint}, logger)
 	}
 	return nil
 }

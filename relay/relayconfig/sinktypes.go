@@ -13,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/sinks/kafka"
 	"github.com/heraldhq/herald/sinks/mqtt"
 	"github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
 	"github.com/heraldhq/herald/sinks/webhook"
@@ -42,6 +43,7 @@ var sinkTypes = map[string]sinkType{
 	"rabbitmq": sinkTypeOf(rabbitmq.New),
 	"redis":    sinkTypeOf(redis.New),
 	"mqtt":     sinkTypeOf(mqtt.New),
+	"pubsub":   sinkTypeOf(pubsub.New),
 }
 
 // noConfig is the settings of a sink type that has none.

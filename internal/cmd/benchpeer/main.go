@@ -1,11 +1,14 @@
 // Command benchpeer starts throwaway peers for `relay bench` on a machine
-// with no Kafka broker or webhook receiver: an in-process Kafka broker
-// (kfake, which speaks the Kafka wire protocol) and an HTTP receiver that
-// answers 204 to every event carrying a webhook-id header.
+// with no Kafka broker, webhook receiver or Pub/Sub: an in-process Kafka
+// broker (kfake, which speaks the Kafka wire protocol), an HTTP receiver
+// that answers 204 to every event carrying a webhook-id header, and a
+// Pub/Sub server (pstest, the client library's fake, which speaks the
+// Pub/Sub gRPC API and keeps every message in memory).
 //
 //	go run ./internal/cmd/benchpeer &
 //	relay bench --sink kafka --kafka-brokers 127.0.0.1:9092
 //	relay bench --sink webhook --webhook-url http://127.0.0.1:8099/hook
+//	relay bench --sink pubsub --pubsub-endpoint 127.0.0.1:8085
 //
 // It runs until SIGINT or SIGTERM. It is development tooling, kept out of
 // the relay binary so that a production image carries no test servers.
@@ -25,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -44,6 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	kafkaAddr := fs.String("kafka", "127.0.0.1:9092", "address of the Kafka broker (empty: none)")
 	webhookAddr := fs.String("webhook", "127.0.0.1:8099", "address of the webhook receiver (empty: none)")
+	pubsubAddr := fs.String("pubsub", "127.0.0.1:8085", "address of the Pub/Sub server (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,6 +75,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		fmt.Fprintf(stdout, "webhook: --webhook-url http://%s/hook\n", ln.Addr())
+	}
+	if *pubsubAddr != "" {
+		if _, _, err := splitPort(*pubsubAddr); err != nil {
+			return fmt.Errorf("-pubsub: %w", err)
+		}
+		// pstest panics when it cannot listen: check the address first.
+		ln, err := net.Listen("tcp", *pubsubAddr)
+		if err != nil {
+			return fmt.Errorf("-pubsub: %w", err)
+		}
+		_ = ln.Close()
+		srv := pstest.NewServerWithAddress(*pubsubAddr)
+		defer srv.Close()
+		fmt.Fprintf(stdout, "pubsub:  --pubsub-endpoint %s\n", srv.Addr)
 	}
 	<-ctx.Done()
 	return nil

@@ -13,7 +13,7 @@ import (
 	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 )
 
-// TestBenchAgainstPeers starts both peers on free ports, reads the bench
+// TestBenchAgainstPeers starts the three peers on free ports, reads the bench
 // flags they print and runs a drain against each: every event is
 // acknowledged and verified, through a real broker protocol and real HTTP.
 func TestBenchAgainstPeers(t *testing.T) {
@@ -22,7 +22,7 @@ func TestBenchAgainstPeers(t *testing.T) {
 	out, w := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, []string{"-kafka", "127.0.0.1:0", "-webhook", "127.0.0.1:0"}, w, io.Discard)
+		err := run(ctx, []string{"-kafka", "127.0.0.1:0", "-webhook", "127.0.0.1:0", "-pubsub", "127.0.0.1:0"}, w, io.Discard)
 		w.Close()
 		done <- err
 	}()
@@ -40,7 +40,7 @@ func TestBenchAgainstPeers(t *testing.T) {
 
 	flags := map[string]string{}
 	sc := bufio.NewScanner(out)
-	for len(flags) < 2 && sc.Scan() {
+	for len(flags) < 3 && sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) != 3 {
 			t.Fatalf("unexpected line %q", sc.Text())
@@ -48,13 +48,15 @@ func TestBenchAgainstPeers(t *testing.T) {
 		flags[f[1]] = f[2]
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	if flags["--kafka-brokers"] == "" || !strings.HasPrefix(flags["--webhook-url"], "http://127.0.0.1:") {
+	if flags["--kafka-brokers"] == "" || !strings.HasPrefix(flags["--webhook-url"], "http://127.0.0.1:") ||
+		!strings.HasPrefix(flags["--pubsub-endpoint"], "127.0.0.1:") {
 		t.Fatalf("printed flags %v", flags)
 	}
 
 	for _, cfg := range []relaybench.Config{
 		{Sink: relaybench.SinkKafka, KafkaBrokers: []string{flags["--kafka-brokers"]}},
 		{Sink: relaybench.SinkWebhook, WebhookURL: flags["--webhook-url"]},
+		{Sink: relaybench.SinkPubSub, PubSubEndpoint: flags["--pubsub-endpoint"]},
 	} {
 		cfg.DatabaseURL = pgtest.URL(t)
 		cfg.Events, cfg.Keys, cfg.Timeout = 200, 10, time.Minute
