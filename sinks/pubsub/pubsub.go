@@ -5,9 +5,9 @@
 //
 // # Messages
 //
-// The data is the event's payload, byte for byte; the ordering key is the
-// event's key (none when it is empty). Attributes: every event header under
-// its own name, plus
+// In the herald format (the default) the data is the event's payload, byte
+// for byte; the ordering key is the event's key (none when it is empty).
+// Attributes: every event header under its own name, plus
 //
 //	herald-id      the event id (the consumers' dedupe key)
 //	herald-topic   the event's topic
