@@ -127,7 +127,11 @@ var (
 	// this follows. Its binary-mode example also shows a
 	// ce-datacontenttype attribute, but 3.1.1 says the content-type
 	// attribute "MUST be used as the CloudEvents datacontenttype", so the
-	// value goes there only, as the MQTT binding's does.
+	// value goes there only, as the MQTT binding's does. The CloudEvents
+	// Go SDK's Pub/Sub protocol (sdk-go protocol/pubsub/v2) departs from
+	// the text: it writes and reads "Content-Type", and Pub/Sub attribute
+	// names are case-sensitive, so an SDK consumer loses datacontenttype
+	// of a binary message and does not recognise a structured one.
 	PubSub = Binding{Prefix: "ce-", ContentTypeHeader: "content-type"}
 )
 
