@@ -28,6 +28,7 @@ func TestREADMECloudEventsExample(t *testing.T) {
 		"type: kafka\n    brokers: [localhost:9092]", "type: webhook\n    url: https://example.com/hooks",
 		"type: rabbitmq\n    url: amqp://guest:guest@localhost:5672/",
 		"type: mqtt\n    url: mqtt://localhost:1883",
+		"type: pubsub\n    project: acme-prod",
 	} {
 		cfg := strings.Replace(entry, "type: nats\n    url: nats://localhost:4222", sink, 1)
 		if _, err := relayconfig.Parse("README", []byte(cfg+rest), noEnv); err != nil {

@@ -4,7 +4,7 @@
 // structured content mode. Each sink maps the attributes onto its protocol
 // as that protocol's binding says (the header prefix, where datacontenttype
 // goes, whether values are percent-encoded): a Binding, of which HTTP,
-// Kafka, NATS, AMQP and MQTT are declared here.
+// Kafka, NATS, AMQP, MQTT and Google Cloud Pub/Sub are declared here.
 //
 // The mapping from an event:
 //
@@ -65,6 +65,10 @@ const SpecVersion = "1.0"
 // format). The Kafka binding adds "; charset=UTF-8" (MediaTypeKafka).
 const MediaType = "application/cloudevents+json"
 
+// MediaTypePubSub is the content-type attribute of a structured-mode
+// Pub/Sub message, as the Pub/Sub binding's 3.2.1 example writes it.
+const MediaTypePubSub = MediaType + "; charset=UTF-8"
+
 // MediaTypeKafka is the content-type header of a structured-mode Kafka
 // record (bindings/kafka-protocol-binding.md, 3.3.1).
 const MediaTypeKafka = MediaType + "; charset=UTF-8"
@@ -113,6 +117,22 @@ var (
 	// as the PUBLISH packet's Content Type property, values as canonical
 	// strings.
 	MQTT = Binding{ContentTypeHeader: "Content Type"}
+	// PubSub is the Google Cloud Pub/Sub protocol binding, 3.1.1 and
+	// 3.1.3: ce- attributes, datacontenttype as the content-type
+	// attribute, values as canonical strings (Pub/Sub attributes are
+	// UTF-8, so nothing is percent-encoded). The CloudEvents spec has no
+	// Pub/Sub binding of its own; cloudevents/proprietary-specs.md lists
+	// Google's, github.com/googleapis/google-cloudevents
+	// docs/spec/pubsub.md (a working draft for CloudEvents 1.0), which
+	// this follows. Its binary-mode example also shows a
+	// ce-datacontenttype attribute, but 3.1.1 says the content-type
+	// attribute "MUST be used as the CloudEvents datacontenttype", so the
+	// value goes there only, as the MQTT binding's does. The CloudEvents
+	// Go SDK's Pub/Sub protocol (sdk-go protocol/pubsub/v2) departs from
+	// the text: it writes and reads "Content-Type", and Pub/Sub attribute
+	// names are case-sensitive, so an SDK consumer loses datacontenttype
+	// of a binary message and does not recognise a structured one.
+	PubSub = Binding{Prefix: "ce-", ContentTypeHeader: "content-type"}
 )
 
 // Headers returns the binary-mode headers of attrs, in their order.

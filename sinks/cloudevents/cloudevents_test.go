@@ -81,6 +81,8 @@ func TestBindingHeaderNames(t *testing.T) {
 		"testdata/kafka-names.txt": cloudevents.Kafka,
 		"testdata/nats-names.txt":  cloudevents.NATS,
 		"testdata/amqp-names.txt":  cloudevents.AMQP,
+		// Google's Pub/Sub binding, 3.1.3.1 (not in cloudevents/spec).
+		"testdata/pubsub-names.txt": cloudevents.PubSub,
 	} {
 		f, err := os.Open(file)
 		if err != nil {
@@ -171,6 +173,9 @@ func TestBindingContentType(t *testing.T) {
 		"nats":  {cloudevents.NATS, "ce-datacontenttype", "Content-Type"},
 		"amqp":  {cloudevents.AMQP, "content-type", "cloudEvents_datacontenttype"},
 		"mqtt":  {cloudevents.MQTT, "Content Type", "datacontenttype"},
+		// Pub/Sub binding 3.1.1: the content-type attribute "MUST be used
+		// as the CloudEvents datacontenttype attribute".
+		"pubsub": {cloudevents.PubSub, "content-type", "ce-datacontenttype"},
 	} {
 		found := false
 		for _, h := range tc.b.Headers(cloudevents.Attributes(event(), "/s")) {
@@ -181,6 +186,27 @@ func TestBindingContentType(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s: no %s: application/json header", name, tc.header)
+		}
+	}
+}
+
+// TestPubSubTextMatches checks what the Pub/Sub binding's excerpt states
+// in prose: the content-type attribute carries datacontenttype in the
+// binary mode (3.1.1), and a structured message's content-type is the
+// JSON format's media type as 3.2.1 writes it (MediaTypePubSub).
+func TestPubSubTextMatches(t *testing.T) {
+	t.Parallel()
+	text, err := os.ReadFile("testdata/pubsub-names.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"the [Pub/Sub Attribute `" + cloudevents.PubSub.ContentTypeHeader + "`][content-type], if\npresent, MUST be used as the CloudEvents `datacontenttype` attribute",
+		`"` + cloudevents.PubSub.ContentTypeHeader + `": "` + cloudevents.MediaTypePubSub + `"`,
+		"each attribute name MUST\nbe prefixed with \"" + cloudevents.PubSub.Prefix + "\"",
+	} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("testdata/pubsub-names.txt does not say %q", want)
 		}
 	}
 }

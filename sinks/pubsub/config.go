@@ -10,6 +10,22 @@ import (
 	"time"
 
 	"google.golang.org/api/option"
+
+	"github.com/heraldhq/herald/sinks/cloudevents"
+)
+
+// Format is how an event becomes a message.
+type Format string
+
+const (
+	// FormatHerald is the message described in the package documentation:
+	// the payload as data, herald-id, herald-topic, content-type and the
+	// event's headers as attributes. The default.
+	FormatHerald Format = "herald"
+	// FormatCloudEvents is a CloudEvent per the Google Cloud Pub/Sub
+	// protocol binding for CloudEvents, in the content mode
+	// cloudevents.mode selects.
+	FormatCloudEvents Format = "cloudevents"
 )
 
 // Defaults of the optional settings.
@@ -45,6 +61,12 @@ type Config struct {
 	// has its own goroutines and buffers); the least recently used idle
 	// one is stopped beyond it. Defaults to 100.
 	MaxTopics int `yaml:"max_topics"`
+	// Format is herald or cloudevents. Defaults to herald.
+	Format Format `yaml:"format"`
+	// CloudEvents sets the CloudEvents source and content mode; source is
+	// required when Format is cloudevents, and the block is refused with
+	// any other format.
+	CloudEvents cloudevents.Config `yaml:"cloudevents"`
 }
 
 // Validate reports the first configuration problem, naming the key.
@@ -73,6 +95,18 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTopics < 0 {
 		return fmt.Errorf("max_topics: %d must not be negative", c.MaxTopics)
+	}
+	switch c.Format {
+	case "", FormatHerald:
+		if c.CloudEvents != (cloudevents.Config{}) {
+			return errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)")
+		}
+	case FormatCloudEvents:
+		if err := c.CloudEvents.Validate(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("format: %q must be herald or cloudevents", c.Format)
 	}
 	return nil
 }

@@ -5,9 +5,9 @@
 //
 // # Messages
 //
-// The data is the event's payload, byte for byte; the ordering key is the
-// event's key (none when it is empty). Attributes: every event header under
-// its own name, plus
+// In the herald format (the default) the data is the event's payload, byte
+// for byte; the ordering key is the event's key (none when it is empty).
+// Attributes: every event header under its own name, plus
 //
 //	herald-id      the event id (the consumers' dedupe key)
 //	herald-topic   the event's topic
@@ -18,6 +18,22 @@
 // "goog"), a header Pub/Sub cannot carry as an attribute (a name starting
 // with "goog", over 256 bytes, a value over 1024 bytes), a key over 1024
 // bytes or a message over 10 MB fails the event permanently, unsent.
+//
+// # CloudEvents
+//
+// With format: cloudevents each message is a CloudEvent per the Google
+// Cloud Pub/Sub protocol binding for CloudEvents (package cloudevents,
+// Binding PubSub; the binding is Google's, listed but not hosted by the
+// CloudEvents spec). In the binary mode the data is the event's payload,
+// the content-type attribute is datacontenttype, and every other attribute
+// is a ce- attribute (ce-specversion, ce-id, ce-source, ce-type,
+// ce-subject, ce-time, ce-traceparent, ce-<extension>). The binding's
+// example also lists ce-datacontenttype; its normative text (3.1.1) puts the
+// value in content-type, and so does the sink. In the structured mode the
+// data is the JSON event format and the only attribute is content-type:
+// application/cloudevents+json; charset=UTF-8. Either way the ordering key
+// is the event key and there are no herald- attributes (consumers dedupe on
+// the id attribute).
 //
 // # Delivery
 //
@@ -297,7 +313,7 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 			fail(i, k, sinks.Permanent(fmt.Errorf("event %s: destination: %w", e.ID, err)))
 			continue
 		}
-		msg, err := encode(e)
+		msg, err := encode(e, s.cfg)
 		if err != nil {
 			fail(i, k, err)
 			continue
