@@ -65,13 +65,6 @@ func Classify(err error) error {
 		}
 		return err // throttling, service errors: retried
 	}
-	var respErr *smithyhttp.ResponseError
-	if errors.As(err, &respErr) {
-		if s := respErr.HTTPStatusCode(); s == 401 || s == 403 || s == 404 {
-			return sinks.Unavailable(err)
-		}
-		return err
-	}
 	var opErr *net.OpError
 	var dnsErr *net.DNSError
 	var certErr *tls.CertificateVerificationError
@@ -84,6 +77,14 @@ func Classify(err error) error {
 		errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr), errors.As(err, &recordErr):
 		// Nothing was sent: the endpoint is what failed.
 		return sinks.Unavailable(err)
+	}
+	var respErr *smithyhttp.ResponseError
+	if errors.As(err, &respErr) {
+		// An answer the client could not decode (an emulator's or a
+		// proxy's HTML page): its status says what it is.
+		if s := respErr.HTTPStatusCode(); s == 401 || s == 403 || s == 404 {
+			return sinks.Unavailable(err)
+		}
 	}
 	// A connection lost during a request: the messages may have been
 	// sent, the event is retried and consumers drop copies by id.

@@ -34,7 +34,9 @@ type SendFunc func(ctx context.Context, destination string, entries []Entry) ([]
 // An event that cannot be encoded, or that a request refused, makes the
 // later events of its key in the call not sent (sinks.ErrSkipped); the
 // events of its key in the same request were sent and are reported as the
-// service answered. A request failing as Unavailable (no such queue,
+// service answered. A request refused as a whole as permanent is sent
+// again one message per request, so that only the refused events fail.
+// A request failing as Unavailable (no such queue,
 // credentials refused, endpoint down) stops the call: the events not sent
 // yet get the same error.
 func Publish(ctx context.Context, events []sinks.Event, send SendFunc) []error {
@@ -91,9 +93,10 @@ func Publish(ctx context.Context, events []sinks.Event, send SendFunc) []error {
 	}
 
 	var stop error // set once a request failed as Unavailable, or ctx ended
-	for _, r := range requests {
-		entries := r.entries[:0:0]
-		for _, en := range r.entries {
+	var run func(destination string, entries []Entry)
+	run = func(destination string, all []Entry) {
+		entries := all[:0:0]
+		for _, en := range all {
 			switch {
 			case stop != nil:
 				fail(en.Index, stop)
@@ -104,21 +107,31 @@ func Publish(ctx context.Context, events []sinks.Event, send SendFunc) []error {
 			}
 		}
 		if len(entries) == 0 {
-			continue
+			return
 		}
 		if err := ctx.Err(); err != nil {
 			stop = err
 			for _, en := range entries {
 				fail(en.Index, err)
 			}
-			continue
+			return
 		}
-		results, err := send(ctx, r.destination, entries)
+		results, err := send(ctx, destination, entries)
 		if err == nil && len(results) != len(entries) {
 			err = fmt.Errorf("the service answered %d results for %d entries", len(results), len(entries))
 		}
 		if err != nil {
 			err = Classify(err)
+			if sinks.IsPermanent(err) && len(entries) > 1 {
+				// A refusal of the whole request (a message over the
+				// queue's maximum size, invalid contents) does not say
+				// which message it was about, and nothing was sent: each
+				// is sent alone, so that only the refused one fails.
+				for _, en := range entries {
+					run(destination, []Entry{en})
+				}
+				return
+			}
 			if sinks.IsUnavailable(err) {
 				stop = err
 			}
@@ -126,7 +139,7 @@ func Publish(ctx context.Context, events []sinks.Event, send SendFunc) []error {
 				fail(en.Index, err)
 				markFailed(en.Index)
 			}
-			continue
+			return
 		}
 		for j, en := range entries {
 			if results[j] != nil {
@@ -134,6 +147,9 @@ func Publish(ctx context.Context, events []sinks.Event, send SendFunc) []error {
 				markFailed(en.Index)
 			}
 		}
+	}
+	for _, r := range requests {
+		run(r.destination, r.entries)
 	}
 	return errs
 }
