@@ -48,7 +48,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -122,19 +121,9 @@ func (s *Sink) Check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	if _, err := s.client.ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1)}); err != nil {
-		return unavailable(fmt.Errorf("sink %s: listing queues at %s: %w", s.name, s.cfg.Shown(), err))
+		return awssink.CheckError(fmt.Errorf("sink %s: listing queues at %s: %w", s.name, s.cfg.Shown(), err))
 	}
 	return nil
-}
-
-// unavailable classifies err and, since a check is about the destination
-// as a whole, marks what is left retryable as Unavailable too.
-func unavailable(err error) error {
-	err = awssink.Classify(err)
-	if sinks.IsUnavailable(err) || sinks.IsPermanent(err) {
-		return err
-	}
-	return sinks.Unavailable(err)
 }
 
 // CheckDestinations implements sinks.DestinationChecker: each queue must
@@ -153,7 +142,7 @@ func (s *Sink) CheckDestinations(ctx context.Context, queues ...string) error {
 				QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
 		}
 		if err != nil {
-			errs = append(errs, unavailable(fmt.Errorf("sink %s: queue %q: %w", s.name, q, err)))
+			errs = append(errs, awssink.CheckError(fmt.Errorf("sink %s: queue %q: %w", s.name, q, err)))
 		}
 	}
 	return errors.Join(errs...)
@@ -207,13 +196,9 @@ func (s *Sink) send(ctx context.Context, queue string, entries []awssink.Entry) 
 		for k, v := range en.Message.Attributes {
 			attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 		}
-		entry := types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(j)), MessageBody: aws.String(en.Message.Body), MessageAttributes: attrs}
+		entry := types.SendMessageBatchRequestEntry{Id: aws.String(awssink.EntryID(j)), MessageBody: aws.String(en.Message.Body), MessageAttributes: attrs}
 		if fifo {
-			group := en.Event.Key
-			if group == "" {
-				group = en.Event.ID
-			}
-			entry.MessageGroupId = aws.String(group)
+			entry.MessageGroupId = aws.String(awssink.GroupID(en.Event))
 			entry.MessageDeduplicationId = aws.String(en.Event.ID)
 		}
 		in.Entries[j] = entry
@@ -222,22 +207,18 @@ func (s *Sink) send(ctx context.Context, queue string, entries []awssink.Entry) 
 	if err != nil {
 		return nil, fmt.Errorf("queue %q: %w", queue, err)
 	}
-	results := make([]error, len(entries))
-	answered := make([]bool, len(entries))
-	for _, ok := range out.Successful {
-		if j, err := strconv.Atoi(aws.ToString(ok.Id)); err == nil && j >= 0 && j < len(entries) {
-			answered[j] = true
-		}
+	accepted := make([]string, len(out.Successful))
+	for i, ok := range out.Successful {
+		accepted[i] = aws.ToString(ok.Id)
 	}
-	for _, f := range out.Failed {
-		if j, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && j >= 0 && j < len(entries) {
-			answered[j] = true
-			results[j] = fmt.Errorf("queue %q: %w", queue, awssink.EntryError(aws.ToString(f.Code), aws.ToString(f.Message), f.SenderFault))
-		}
+	failed := make([]awssink.Failure, len(out.Failed))
+	for i, f := range out.Failed {
+		failed[i] = awssink.Failure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
 	}
-	for j := range entries {
-		if !answered[j] {
-			results[j] = fmt.Errorf("queue %q: the batch answer holds no result for the message", queue)
+	results := awssink.Results(len(entries), accepted, failed)
+	for j, err := range results {
+		if err != nil {
+			results[j] = fmt.Errorf("queue %q: %w", queue, err)
 		}
 	}
 	return results, nil

@@ -91,6 +91,16 @@ func Classify(err error) error {
 	return err
 }
 
+// CheckError classifies the error of a check: a check is about the
+// destination as a whole, so what is left retryable is Unavailable too.
+func CheckError(err error) error {
+	err = Classify(err)
+	if sinks.IsUnavailable(err) || sinks.IsPermanent(err) {
+		return err
+	}
+	return sinks.Unavailable(err)
+}
+
 // EntryError returns the error of one entry of a batch the service
 // refused, from its code, message and fault side: a sender fault (invalid
 // contents, too large) is permanent unless its code says the setup is

@@ -2,7 +2,9 @@ package awssink
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/heraldhq/herald/sinks"
 )
@@ -152,4 +154,56 @@ func Publish(ctx context.Context, events []sinks.Event, send SendFunc) []error {
 		run(r.destination, r.entries)
 	}
 	return errs
+}
+
+// EntryID is the id of the j-th entry of a batch request; Results maps the
+// answer back by it.
+func EntryID(j int) string { return strconv.Itoa(j) }
+
+// GroupID is the FIFO message group of e: its key, so that the service
+// keeps each key's order, or its id when it has none, so that keyless
+// events, which have no order in Herald, do not wait for each other.
+func GroupID(e sinks.Event) string {
+	if e.Key != "" {
+		return e.Key
+	}
+	return e.ID
+}
+
+// Failure is one entry a batch request refused.
+type Failure struct {
+	ID, Code, Message string
+	SenderFault       bool
+}
+
+// Results maps the answer to a batch request of n entries (the ids of the
+// accepted ones and the refusals) to one result per entry; an entry the
+// answer does not mention failed, retryably.
+func Results(n int, accepted []string, failed []Failure) []error {
+	results := make([]error, n)
+	answered := make([]bool, n)
+	index := func(id string) int {
+		j, err := strconv.Atoi(id)
+		if err != nil || j < 0 || j >= n {
+			return -1
+		}
+		return j
+	}
+	for _, id := range accepted {
+		if j := index(id); j >= 0 {
+			answered[j] = true
+		}
+	}
+	for _, f := range failed {
+		if j := index(f.ID); j >= 0 {
+			answered[j] = true
+			results[j] = EntryError(f.Code, f.Message, f.SenderFault)
+		}
+	}
+	for j := range results {
+		if !answered[j] {
+			results[j] = errors.New("the batch answer holds no result for the message")
+		}
+	}
+	return results
 }
