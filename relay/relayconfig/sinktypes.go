@@ -14,6 +14,8 @@ import (
 	"github.com/heraldhq/herald/sinks/nats"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
+	"github.com/heraldhq/herald/sinks/sns"
+	"github.com/heraldhq/herald/sinks/sqs"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
@@ -40,6 +42,8 @@ var sinkTypes = map[string]sinkType{
 	"email":    sinkTypeOf(email.New),
 	"rabbitmq": sinkTypeOf(rabbitmq.New),
 	"redis":    sinkTypeOf(redis.New),
+	"sqs":      sinkTypeOf(sqs.New),
+	"sns":      sinkTypeOf(sns.New),
 }
 
 // noConfig is the settings of a sink type that has none.
