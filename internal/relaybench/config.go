@@ -1,17 +1,20 @@
 package relaybench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/sinks/redis"
+	"github.com/heraldhq/herald/sinks/sqs"
 )
 
 // Mode selects what a run measures.
@@ -54,6 +57,10 @@ const (
 	SinkRabbitMQ = "rabbitmq"
 	// SinkRedis publishes to a throwaway stream on RedisURL.
 	SinkRedis = "redis"
+	// SinkSQS sends to a throwaway FIFO queue at AWSEndpoint.
+	SinkSQS = "sqs"
+	// SinkSNS publishes to a throwaway FIFO topic at AWSEndpoint.
+	SinkSNS = "sns"
 )
 
 // Config configures a run. Zero fields take the default their comment
@@ -117,9 +124,8 @@ type Config struct {
 	// them.
 	Progress io.Writer
 
-	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook, SinkRedis or
-	// SinkRabbitMQ. Defaults to
-	// SinkDiscard.
+	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook, SinkRedis,
+	// SinkRabbitMQ, SinkSQS or SinkSNS. Defaults to SinkDiscard.
 	Sink string
 	// NATSURL is the JetStream server for SinkNATS. Defaults to
 	// nats://127.0.0.1:4222.
@@ -156,6 +162,14 @@ type Config struct {
 	// (MAXLEN ~) as a production stream would be, and deletes it at the
 	// end. Defaults to redis://127.0.0.1:6379/0.
 	RedisURL string
+	// AWSEndpoint is the SQS/SNS endpoint for SinkSQS and SinkSNS (an
+	// emulator such as moto or LocalStack); empty means AWS itself. The run
+	// creates a throwaway FIFO queue or topic there and deletes it at the
+	// end. Credentials come from the AWS environment (AWS_ACCESS_KEY_ID…).
+	AWSEndpoint string
+	// AWSRegion is the region for SinkSQS and SinkSNS. Defaults to
+	// $AWS_REGION, else us-east-1.
+	AWSRegion string
 
 	// Outage is how long the sink "down" refuses events: from the backlog's
 	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
@@ -203,6 +217,7 @@ const (
 	DefaultRedisMaxLen     = 200_000
 	DefaultNATSMaxMsgs     = 200_000
 	DefaultRabbitMQURL     = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultAWSRegion       = "us-east-1"
 	DefaultKafkaPartitions = 8
 	DefaultTimeout         = 5 * time.Minute
 
@@ -296,6 +311,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RabbitMQURL == "" {
 		c.RabbitMQURL = DefaultRabbitMQURL
+	}
+	if c.AWSRegion == "" {
+		c.AWSRegion = cmp.Or(os.Getenv("AWS_REGION"), DefaultAWSRegion)
 	}
 	if c.NATSMaxMsgs == 0 {
 		c.NATSMaxMsgs = DefaultNATSMaxMsgs
@@ -393,8 +411,12 @@ func (c Config) Validate() error {
 		if err := (redis.Config{URL: c.RedisURL}).Validate(); err != nil {
 			return fmt.Errorf("--redis-url: %w", err)
 		}
+	case SinkSQS, SinkSNS:
+		if err := c.awsConfig().Validate(); err != nil {
+			return fmt.Errorf("--aws-endpoint, --aws-region: %w", err)
+		}
 	default:
-		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis or rabbitmq", c.Sink)
+		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis, rabbitmq, sqs or sns", c.Sink)
 	}
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)
@@ -429,4 +451,10 @@ func (c Config) liveCapacity() int {
 		return int(c.Duration.Seconds()+1) * 50_000
 	}
 	return int(float64(c.Rate)*c.Duration.Seconds()*1.05) + 100*c.Producers*max(c.TxEvents, 1)
+}
+
+// awsConfig is the AWS connection of SinkSQS and SinkSNS: the region and
+// endpoint of the flags, the credentials of the AWS environment.
+func (c Config) awsConfig() sqs.Connection {
+	return sqs.Connection{Region: c.AWSRegion, Endpoint: c.AWSEndpoint}
 }

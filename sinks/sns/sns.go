@@ -54,10 +54,15 @@ import (
 	"github.com/heraldhq/herald/sinks/internal/awssink"
 )
 
+// Connection is the AWS connection part of Config: region, endpoint,
+// credentials, TLS and timeout. It is the same type for the sqs and sns
+// sinks.
+type Connection = awssink.Config
+
 // Config is an SNS sink's entry in the YAML `sinks:` list (without `name`
 // and `type`): the AWS connection settings.
 type Config struct {
-	awssink.Config `yaml:",inline"`
+	Connection `yaml:",inline"`
 }
 
 // Sink publishes events to SNS topics. Create it with New.
@@ -82,7 +87,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Config = cfg.WithDefaults()
+	cfg.Connection = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.Default()
 	}

@@ -52,7 +52,7 @@ func (b bundle) topic(t *testing.T, suffix string) (string, string) {
 }
 
 func config(endpoint string) sns.Config {
-	return sns.Config{Config: awssink.Config{Region: awstest.Region, Endpoint: endpoint,
+	return sns.Config{Connection: sns.Connection{Region: awstest.Region, Endpoint: endpoint,
 		AccessKeyID: awstest.AccessKeyID, SecretAccessKey: awstest.SecretAccessKey, Timeout: 20 * time.Second}}
 }
 

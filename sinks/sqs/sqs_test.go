@@ -35,7 +35,7 @@ func setup(t *testing.T) bundle {
 }
 
 func config(endpoint string) sqs.Config {
-	return sqs.Config{Config: awssink.Config{Region: awstest.Region, Endpoint: endpoint,
+	return sqs.Config{Connection: sqs.Connection{Region: awstest.Region, Endpoint: endpoint,
 		AccessKeyID: awstest.AccessKeyID, SecretAccessKey: awstest.SecretAccessKey, Timeout: 20 * time.Second}}
 }
 
@@ -419,12 +419,12 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		want string
 	}{
 		{sqs.Config{}, "region: required"},
-		{sqs.Config{Config: awssink.Config{Region: "eu-west-1", Endpoint: "localhost:4566"}}, "endpoint: "},
-		{sqs.Config{Config: awssink.Config{Region: "eu-west-1", Endpoint: "http://user:pa55@localhost"}}, "endpoint: \"http://[redacted]@localhost\""},
-		{sqs.Config{Config: awssink.Config{Region: "eu-west-1", AccessKeyID: "AKIA"}}, "access_key_id and secret_access_key"},
-		{sqs.Config{Config: awssink.Config{Region: "eu-west-1", SessionToken: "t"}}, "session_token: "},
-		{sqs.Config{Config: awssink.Config{Region: "eu-west-1", Timeout: -time.Second}}, "timeout: -1s must not be negative"},
-		{sqs.Config{Config: awssink.Config{Region: "eu-west-1", TLS: sinks.TLSConfig{CAFile: "/nonexistent.pem"}}}, "tls.ca_file: "},
+		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", Endpoint: "localhost:4566"}}, "endpoint: "},
+		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", Endpoint: "http://user:pa55@localhost"}}, "endpoint: \"http://[redacted]@localhost\""},
+		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", AccessKeyID: "AKIA"}}, "access_key_id and secret_access_key"},
+		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", SessionToken: "t"}}, "session_token: "},
+		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", Timeout: -time.Second}}, "timeout: -1s must not be negative"},
+		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", TLS: sinks.TLSConfig{CAFile: "/nonexistent.pem"}}}, "tls.ca_file: "},
 	} {
 		err := c.cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
