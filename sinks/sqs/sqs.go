@@ -28,8 +28,14 @@
 //
 // # Delivery and order
 //
-// See awssink.Publish: requests of at most ten messages and 256 KiB, one
-// after the other, one result per event from the per-entry results.
+// Publish sends requests of at most ten messages and 256 KiB, up to
+// max_in_flight at once; a request waits for the earlier ones holding
+// events of its keys, so each key's events are sent in order. Results are
+// per event, from the per-entry results of each request. A failed event
+// makes the later events of its key in later requests not sent
+// (sinks.ErrSkipped); those in the same request were sent and are
+// reported as SQS answered (the relay holds them back behind the failed
+// one and sends them again: consumers drop the copies by herald.id).
 //
 // # Errors
 //
@@ -178,7 +184,7 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	errs := awssink.Publish(ctx, events, s.send)
+	errs := awssink.Publish(ctx, events, s.send, s.cfg.MaxInFlight)
 	for _, err := range errs {
 		if sinks.IsUnavailable(err) {
 			s.logger.WarnContext(ctx, "sqs sink: unavailable", "sink", s.name, "endpoint", s.cfg.Shown(), "error", err)

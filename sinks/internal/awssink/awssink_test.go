@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aws/smithy-go"
@@ -20,7 +22,8 @@ func event(i int, dest, key string, payload string) sinks.Event {
 // recorder is a SendFunc that records each request and answers with what
 // answer returns for it.
 type recorder struct {
-	requests [][]string // the event ids of each request
+	mu       sync.Mutex
+	requests [][]string // the event ids of each request, in the order sent
 	answer   func(dest string, entries []Entry) ([]error, error)
 }
 
@@ -29,7 +32,9 @@ func (r *recorder) send(_ context.Context, dest string, entries []Entry) ([]erro
 	for _, en := range entries {
 		ids = append(ids, en.Event.ID)
 	}
+	r.mu.Lock()
 	r.requests = append(r.requests, ids)
+	r.mu.Unlock()
 	if r.answer != nil {
 		return r.answer(dest, entries)
 	}
@@ -44,30 +49,40 @@ func TestRequestsHoldTenAndFitTheSizeLimit(t *testing.T) {
 		events = append(events, event(i, "q", "", `{}`))
 	}
 	r := &recorder{}
-	for i, err := range Publish(context.Background(), events, r.send) {
+	for i, err := range Publish(context.Background(), events, r.send, 1) {
 		if err != nil {
 			t.Fatalf("event %d: %v", i, err)
 		}
 	}
-	if got := []int{len(r.requests[0]), len(r.requests[1]), len(r.requests[2])}; len(r.requests) != 3 || fmt.Sprint(got) != "[10 10 3]" {
+	var sizes []int
+	for _, ids := range r.requests {
+		sizes = append(sizes, len(ids))
+	}
+	slices.Sort(sizes)
+	if fmt.Sprint(sizes) != "[3 10 10]" {
 		t.Fatalf("requests %v, want 10, 10 and 3 entries", r.requests)
 	}
 	big := `"` + strings.Repeat("x", 100<<10) + `"`
 	r = &recorder{}
-	Publish(context.Background(), []sinks.Event{event(0, "q", "", big), event(1, "q", "", big), event(2, "q", "", big)}, r.send)
-	if len(r.requests) != 2 || len(r.requests[0]) != 2 {
+	Publish(context.Background(), []sinks.Event{event(0, "q", "", big), event(1, "q", "", big), event(2, "q", "", big)}, r.send, 1)
+	if len(r.requests) != 2 || len(r.requests[0])+len(r.requests[1]) != 3 {
 		t.Fatalf("requests %v, want two events then one", r.requests)
 	}
 }
 
-// TestRequestsPerDestinationKeepKeyOrder: events for two queues go in
-// separate requests, each in slice order.
-func TestRequestsPerDestinationKeepKeyOrder(t *testing.T) {
-	events := []sinks.Event{event(0, "a", "k", `{}`), event(1, "b", "k", `{}`), event(2, "a", "k", `{}`)}
-	r := &recorder{}
-	Publish(context.Background(), events, r.send)
-	if fmt.Sprint(r.requests) != "[[id-0 id-2] [id-1]]" {
-		t.Fatalf("requests %v", r.requests)
+// TestRequestsKeepKeyOrder: events of one key go out in slice order
+// whatever their destination, however many requests run at once; events
+// of other keys join the open request of their destination.
+func TestRequestsKeepKeyOrder(t *testing.T) {
+	events := []sinks.Event{event(0, "a", "k", `{}`), event(1, "b", "k", `{}`), event(2, "a", "k", `{}`),
+		event(3, "a", "x", `{}`), event(4, "b", "y", `{}`)}
+	for range 20 {
+		r := &recorder{}
+		Publish(context.Background(), events, r.send, 8)
+		sent := fmt.Sprint(r.requests)
+		if sent != "[[id-0] [id-1 id-4] [id-2 id-3]]" {
+			t.Fatalf("requests %v: want [id-0], [id-1 id-4], [id-2 id-3] in this order (key k's events)", r.requests)
+		}
 	}
 }
 
@@ -92,7 +107,7 @@ func TestEntryFailureSkipsLaterEventsOfItsKey(t *testing.T) {
 		}
 		return results, nil
 	}}
-	errs := Publish(context.Background(), events, r.send)
+	errs := Publish(context.Background(), events, r.send, 1)
 	if errs[2] == nil || sinks.IsPermanent(errs[2]) || sinks.IsUnavailable(errs[2]) {
 		t.Fatalf("event 2: %v, want retryable", errs[2])
 	}
@@ -102,7 +117,7 @@ func TestEntryFailureSkipsLaterEventsOfItsKey(t *testing.T) {
 	if !errors.Is(errs[12], sinks.ErrSkipped) {
 		t.Fatalf("event 12, in a later request: %v, want skipped", errs[12])
 	}
-	if strings.Contains(fmt.Sprint(r.requests[1]), "id-12") {
+	if strings.Contains(fmt.Sprint(r.requests), "id-12") {
 		t.Fatalf("event 12 was sent: %v", r.requests)
 	}
 }
@@ -119,11 +134,11 @@ func TestPermanentRequestIsRetriedOneByOne(t *testing.T) {
 		}
 		return make([]error, len(entries)), nil
 	}}
-	errs := Publish(context.Background(), events, r.send)
+	errs := Publish(context.Background(), events, r.send, 1)
 	if errs[0] != nil || errs[3] != nil || !sinks.IsPermanent(errs[1]) || !errors.Is(errs[2], sinks.ErrSkipped) {
 		t.Fatalf("results %v", errs)
 	}
-	if fmt.Sprint(r.requests) != "[[id-0 id-1 id-2 id-3] [id-0] [id-1] [id-3]]" {
+	if fmt.Sprint(r.requests) != "[[id-0 id-1 id-2 id-3] [id-0] [id-1] [id-3]]" { // one request: in order
 		t.Fatalf("requests %v", r.requests)
 	}
 }
@@ -134,7 +149,7 @@ func TestUnavailableStopsTheCall(t *testing.T) {
 	r := &recorder{answer: func(dest string, entries []Entry) ([]error, error) {
 		return nil, &smithy.GenericAPIError{Code: "QueueDoesNotExist", Message: "no queue"}
 	}}
-	errs := Publish(context.Background(), events, r.send)
+	errs := Publish(context.Background(), events, r.send, 1)
 	if len(r.requests) != 1 || !sinks.IsUnavailable(errs[0]) || !sinks.IsUnavailable(errs[1]) {
 		t.Fatalf("requests %v, results %v", r.requests, errs)
 	}

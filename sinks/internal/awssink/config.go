@@ -23,8 +23,13 @@ import (
 	"github.com/heraldhq/herald/sinks"
 )
 
-// DefaultTimeout is the default Config.Timeout.
-const DefaultTimeout = 10 * time.Second
+// Defaults of the optional settings.
+const (
+	// DefaultTimeout is the default Config.Timeout.
+	DefaultTimeout = 10 * time.Second
+	// DefaultMaxInFlight is the default Config.MaxInFlight.
+	DefaultMaxInFlight = 8
+)
 
 // Config is the connection part of an sqs or sns sink's entry, inlined in
 // each sink's Config.
@@ -48,6 +53,10 @@ type Config struct {
 	// Timeout bounds each Publish and Check, on top of their context's
 	// deadline. Defaults to 10s.
 	Timeout time.Duration `yaml:"timeout"`
+	// MaxInFlight is the most batch requests of ten one Publish call has
+	// in flight at once; requests wait for the earlier ones holding events
+	// of their keys whatever this says. Defaults to 8.
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // Validate reports the first configuration problem, naming the key.
@@ -73,6 +82,9 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("timeout: %s must not be negative", c.Timeout)
 	}
+	if c.MaxInFlight < 0 {
+		return fmt.Errorf("max_in_flight: %d must not be negative", c.MaxInFlight)
+	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		return err
 	}
@@ -83,6 +95,9 @@ func (c Config) Validate() error {
 func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
 	}
 	return c
 }
