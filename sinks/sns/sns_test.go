@@ -15,8 +15,8 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/awstest"
 	"github.com/heraldhq/herald/sinks/internal/awssink"
-	"github.com/heraldhq/herald/sinks/internal/awstest"
 	"github.com/heraldhq/herald/sinks/sinktest"
 	"github.com/heraldhq/herald/sinks/sns"
 )

@@ -159,3 +159,22 @@ func Context(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// Server returns the endpoint of a server for the calling test alone:
+// $AWS_TEST_ENDPOINT, or a moto server stopped in cleanup, for packages
+// whose TestMain does not call Main. Without either, the test fails if
+// CI=true and is skipped otherwise.
+func Server(t testing.TB) string {
+	t.Helper()
+	if e := os.Getenv("AWS_TEST_ENDPOINT"); e != "" {
+		return e
+	}
+	if _, err := exec.LookPath("moto_server"); err != nil {
+		msg := fmt.Sprintf("awstest: no SQS/SNS server: %v; install moto (pip install 'moto[server]') or set AWS_TEST_ENDPOINT", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return StartServer(t)
+}
