@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -61,5 +62,37 @@ func TestREADMEAWSExample(t *testing.T) {
 	r = runRelay(t, env, "config", "check", "--config", writeConfig(t, bad))
 	if r.code != 2 || !strings.Contains(r.stderr, "sinks[0] (queues).max_in_flight: -1 must not be negative") {
 		t.Fatalf("want exit 2 naming max_in_flight:\n%s", r)
+	}
+}
+
+// TestBenchSQSAndSNS runs the binary's bench against a moto server, as
+// docs/benchmarks.md does, and checks every event was acknowledged.
+func TestBenchSQSAndSNS(t *testing.T) {
+	t.Parallel()
+	endpoint := awstest.Server(t)
+	env := []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"}
+	url, _ := dbURL(t)
+	for _, sink := range []string{"sqs", "sns"} {
+		t.Run(sink, func(t *testing.T) {
+			t.Parallel()
+			r := runRelay(t, env, "bench", "--sink", sink, "--aws-endpoint", endpoint, "--events", "200", "--keys", "10",
+				"--database-url", url, "--json")
+			if r.code != 0 {
+				t.Fatalf("relay bench --sink %s:\n%s", sink, r)
+			}
+			var res struct {
+				Sink         string `json:"sink"`
+				Verification struct {
+					Delivered int `json:"delivered"`
+					Lost      int `json:"lost"`
+				} `json:"verification"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+				t.Fatalf("stdout is not the JSON result (%v):\n%s", err, r)
+			}
+			if res.Sink != sink || res.Verification.Delivered != 200 || res.Verification.Lost != 0 {
+				t.Fatalf("result %+v\n%s", res, r)
+			}
+		})
 	}
 }
