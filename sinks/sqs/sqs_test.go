@@ -450,3 +450,7 @@ func TestSecretIsRedactedWhenPrinted(t *testing.T) {
 		}
 	}
 }
+
+func sqsNew(endpoint string) (*sqs.Sink, error) {
+	return sqs.New("bench", config(endpoint), nil)
+}
