@@ -29,7 +29,6 @@ var forbiddenDeps = []string{
 	"github.com/heraldhq/herald/sinks/nats/natstest",
 	"github.com/heraldhq/herald/sinks/redis/redistest",
 	"github.com/heraldhq/herald/sinks/awstest",
-	"github.com/Admiral-Piett/goaws",
 	"github.com/heraldhq/herald/sinks/sinktest",
 	"github.com/heraldhq/herald/examples",
 	"github.com/heraldhq/herald/internal/cmd",
