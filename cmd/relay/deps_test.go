@@ -29,6 +29,7 @@ var forbiddenDeps = []string{
 	"github.com/heraldhq/herald/sinks/nats/natstest",
 	"github.com/heraldhq/herald/sinks/redis/redistest",
 	"cloud.google.com/go/pubsub/v2/pstest",
+	"github.com/heraldhq/herald/sinks/awstest",
 	"github.com/heraldhq/herald/sinks/sinktest",
 	"github.com/heraldhq/herald/examples",
 	"github.com/heraldhq/herald/internal/cmd",

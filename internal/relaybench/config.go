@@ -1,12 +1,14 @@
 package relaybench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/sinks/mqtt"
 	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/redis"
+	"github.com/heraldhq/herald/sinks/sqs"
 )
 
 // Mode selects what a run measures.
@@ -61,6 +64,10 @@ const (
 	// SinkPubSub publishes to a throwaway topic of PubSubProject, at
 	// PubSubEndpoint.
 	SinkPubSub = "pubsub"
+	// SinkSQS sends to a throwaway FIFO queue at AWSEndpoint.
+	SinkSQS = "sqs"
+	// SinkSNS publishes to a throwaway FIFO topic at AWSEndpoint.
+	SinkSNS = "sns"
 )
 
 // Config configures a run. Zero fields take the default their comment
@@ -125,7 +132,8 @@ type Config struct {
 	Progress io.Writer
 
 	// Sink is SinkDiscard, SinkNATS, SinkKafka, SinkWebhook, SinkRedis,
-	// SinkRabbitMQ, SinkMQTT or SinkPubSub. Defaults to SinkDiscard.
+	// SinkRabbitMQ, SinkMQTT, SinkPubSub, SinkSQS or SinkSNS. Defaults to
+	// SinkDiscard.
 	Sink string
 	// NATSURL is the JetStream server for SinkNATS. Defaults to
 	// nats://127.0.0.1:4222.
@@ -173,6 +181,14 @@ type Config struct {
 	// PubSubProject is the project of the throwaway topic. Defaults to
 	// herald-bench.
 	PubSubProject string
+	// AWSEndpoint is the SQS/SNS endpoint for SinkSQS and SinkSNS (an
+	// emulator such as moto or LocalStack); empty means AWS itself. The run
+	// creates a throwaway FIFO queue or topic there and deletes it at the
+	// end. Credentials come from the AWS environment (AWS_ACCESS_KEY_ID…).
+	AWSEndpoint string
+	// AWSRegion is the region for SinkSQS and SinkSNS. Defaults to
+	// $AWS_REGION, else us-east-1.
+	AWSRegion string
 
 	// Outage is how long the sink "down" refuses events: from the backlog's
 	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
@@ -221,6 +237,7 @@ const (
 	DefaultNATSMaxMsgs     = 200_000
 	DefaultRabbitMQURL     = "amqp://guest:guest@127.0.0.1:5672/"
 	DefaultPubSubProject   = "herald-bench"
+	DefaultAWSRegion       = "us-east-1"
 	DefaultKafkaPartitions = 8
 	DefaultMQTTURL         = "mqtt://127.0.0.1:1883"
 	DefaultTimeout         = 5 * time.Minute
@@ -318,6 +335,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RabbitMQURL == "" {
 		c.RabbitMQURL = DefaultRabbitMQURL
+	}
+	if c.AWSRegion == "" {
+		c.AWSRegion = cmp.Or(os.Getenv("AWS_REGION"), DefaultAWSRegion)
 	}
 	if c.NATSMaxMsgs == 0 {
 		c.NATSMaxMsgs = DefaultNATSMaxMsgs
@@ -426,8 +446,12 @@ func (c Config) Validate() error {
 		if err := (pubsub.Config{Project: c.PubSubProject, Endpoint: c.PubSubEndpoint}).Validate(); err != nil {
 			return fmt.Errorf("--pubsub-%w", err)
 		}
+	case SinkSQS, SinkSNS:
+		if err := c.awsConfig().Validate(); err != nil {
+			return fmt.Errorf("--aws-endpoint, --aws-region: %w", err)
+		}
 	default:
-		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis, rabbitmq, mqtt or pubsub", c.Sink)
+		return fmt.Errorf("--sink: %q must be discard, nats, kafka, webhook, redis, rabbitmq, mqtt, pubsub, sqs or sns", c.Sink)
 	}
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)
@@ -462,4 +486,10 @@ func (c Config) liveCapacity() int {
 		return int(c.Duration.Seconds()+1) * 50_000
 	}
 	return int(float64(c.Rate)*c.Duration.Seconds()*1.05) + 100*c.Producers*max(c.TxEvents, 1)
+}
+
+// awsConfig is the AWS connection of SinkSQS and SinkSNS: the region and
+// endpoint of the flags, the credentials of the AWS environment.
+func (c Config) awsConfig() sqs.Connection {
+	return sqs.Connection{Region: c.AWSRegion, Endpoint: c.AWSEndpoint}
 }

@@ -21,6 +21,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/kafka"
 	"github.com/heraldhq/herald/sinks/mqtt"
@@ -28,6 +32,8 @@ import (
 	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
+	"github.com/heraldhq/herald/sinks/sns"
+	"github.com/heraldhq/herald/sinks/sqs"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
@@ -69,6 +75,10 @@ func startDestination(ctx context.Context, cfg Config, name string, logger *slog
 		err = d.startMQTT(ctx, cfg, name, logger)
 	case SinkPubSub:
 		err = d.startPubSub(ctx, cfg, name, logger)
+	case SinkSQS:
+		err = d.startSQS(ctx, cfg, name, logger)
+	case SinkSNS:
+		err = d.startSNS(ctx, cfg, name, logger)
 	}
 	if err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -293,6 +303,64 @@ func (d *destinationEnv) startPubSub(ctx context.Context, cfg Config, name strin
 	d.destination = literal(topic)
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
 		return pubsub.New(sinkName, pubsub.Config{Project: cfg.PubSubProject, Endpoint: cfg.PubSubEndpoint}, logger)
+	}
+	return nil
+}
+
+// startSQS creates a throwaway FIFO queue at cfg.AWSEndpoint (deleted at
+// the end): FIFO, because it is what keeps each key's order.
+func (d *destinationEnv) startSQS(ctx context.Context, cfg Config, name string, logger *slog.Logger) error {
+	conn := cfg.awsConfig()
+	awsCfg, err := conn.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("--aws-endpoint: %w", err)
+	}
+	client := awssqs.NewFromConfig(awsCfg)
+	queue := "herald-bench-" + name + ".fifo"
+	out, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(queue),
+		Attributes: map[string]string{"FifoQueue": "true"}})
+	if err != nil {
+		return fmt.Errorf("--aws-endpoint: creating SQS queue %s at %s: %w", queue, conn.Shown(), err)
+	}
+	url := aws.ToString(out.QueueUrl)
+	d.closers = append(d.closers, func(ctx context.Context) error {
+		if _, err := client.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(url)}); err != nil {
+			return fmt.Errorf("deleting SQS queue %s: %w", queue, err)
+		}
+		return nil
+	})
+	d.destination = literal(url)
+	d.newSink = func(sinkName string) (sinks.Sink, error) {
+		return sqs.New(sinkName, sqs.Config{Connection: conn}, logger)
+	}
+	return nil
+}
+
+// startSNS creates a throwaway FIFO topic at cfg.AWSEndpoint (deleted at
+// the end), with no subscription: the run measures publishing.
+func (d *destinationEnv) startSNS(ctx context.Context, cfg Config, name string, logger *slog.Logger) error {
+	conn := sns.Connection(cfg.awsConfig())
+	awsCfg, err := conn.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("--aws-endpoint: %w", err)
+	}
+	client := awssns.NewFromConfig(awsCfg)
+	topic := "herald-bench-" + name + ".fifo"
+	out, err := client.CreateTopic(ctx, &awssns.CreateTopicInput{Name: aws.String(topic),
+		Attributes: map[string]string{"FifoTopic": "true"}})
+	if err != nil {
+		return fmt.Errorf("--aws-endpoint: creating SNS topic %s at %s: %w", topic, conn.Shown(), err)
+	}
+	arn := aws.ToString(out.TopicArn)
+	d.closers = append(d.closers, func(ctx context.Context) error {
+		if _, err := client.DeleteTopic(ctx, &awssns.DeleteTopicInput{TopicArn: aws.String(arn)}); err != nil {
+			return fmt.Errorf("deleting SNS topic %s: %w", topic, err)
+		}
+		return nil
+	})
+	d.destination = literal(arn)
+	d.newSink = func(sinkName string) (sinks.Sink, error) {
+		return sns.New(sinkName, sns.Config{Connection: conn}, logger)
 	}
 	return nil
 }

@@ -195,7 +195,7 @@ func TestParseErrors(t *testing.T) {
 		{"sink name invalid", edit(t, "name: void", "name: Void Sink"), nil, []string{`sinks[5].name: "Void Sink" must be`}},
 		{"sink name duplicate", edit(t, "name: void", "name: console"), nil, []string{`sinks[5].name: "console" is already the name of sinks[0]`}},
 		{"sink type missing", edit(t, "    type: discard\n", ""), nil, []string{"sinks[5].type: required"}},
-		{"sink type unknown", edit(t, "type: nats", "type: kafak"), nil, []string{`sinks[2].type: unknown sink type "kafak" (known: discard, email, kafka, mqtt, nats, pubsub, rabbitmq, redis, stdout, webhook)`}},
+		{"sink type unknown", edit(t, "type: nats", "type: kafak"), nil, []string{`sinks[2].type: unknown sink type "kafak" (known: discard, email, kafka, mqtt, nats, pubsub, rabbitmq, redis, sns, sqs, stdout, webhook)`}},
 		{"sink key unknown", edit(t, "type: stdout", "type: stdout\n    brokers: [x:1]"), nil, []string{"sinks[0] (console).brokers: unknown key"}},
 		{"kafka without brokers", edit(t, "brokers: [127.0.0.1:9092]", "brokers: []"), nil, []string{"sinks[1] (events-kafka).brokers: must list at least one broker"}},
 		{"kafka brokers wrong shape", edit(t, "brokers: [127.0.0.1:9092]", "brokers: {a: b}"), nil, []string{"sinks[1] (events-kafka).brokers: expected a list"}},

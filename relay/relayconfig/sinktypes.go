@@ -16,6 +16,8 @@ import (
 	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
+	"github.com/heraldhq/herald/sinks/sns"
+	"github.com/heraldhq/herald/sinks/sqs"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
@@ -44,6 +46,8 @@ var sinkTypes = map[string]sinkType{
 	"redis":    sinkTypeOf(redis.New),
 	"mqtt":     sinkTypeOf(mqtt.New),
 	"pubsub":   sinkTypeOf(pubsub.New),
+	"sqs":      sinkTypeOf(sqs.New),
+	"sns":      sinkTypeOf(sns.New),
 }
 
 // noConfig is the settings of a sink type that has none.
