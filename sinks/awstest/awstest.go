@@ -143,13 +143,16 @@ func waitReady(endpoint string, bound time.Duration) error {
 }
 
 // Config returns a client configuration for endpoint with the test
-// credentials.
+// credentials, for the tests' own calls (creating queues, reading what
+// arrived). It keeps the SDK's retries: moto's server closes idle
+// keep-alive connections, and a call that picks one up as it closes fails
+// with "use of closed network connection" where a retry succeeds.
 func Config(endpoint string) aws.Config {
 	return aws.Config{
 		Region:           Region,
 		Credentials:      credentials.NewStaticCredentialsProvider(AccessKeyID, SecretAccessKey, ""),
 		BaseEndpoint:     aws.String(endpoint),
-		RetryMaxAttempts: 1,
+		RetryMaxAttempts: 5,
 	}
 }
 
