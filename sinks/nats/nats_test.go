@@ -1,6 +1,7 @@
 package nats_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -474,15 +475,67 @@ func TestAckTimeoutIsRetryable(t *testing.T) {
 
 func TestCoreFlushTimeoutIsRetryable(t *testing.T) {
 	t.Parallel()
-	url := natstest.URL(t)
-	// An ack_timeout no PONG can beat: the flush fails on a live connection.
-	s := open(t, nats.Config{URL: url, Mode: nats.ModeCore, AckTimeout: time.Nanosecond})
+	// A server that completes the handshake and then answers no PING: the
+	// flush after the batch times out on a live connection, however fast
+	// or slow the machine is.
+	s, err := nats.New("test", nats.Config{URL: silentNATSServer(t), Mode: nats.ModeCore, AckTimeout: 200 * time.Millisecond}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Close flushes too, unanswered like the batch's flush: its error
+		// says nothing here.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
 	errs := publish(t, s, sinktest.Event("herald_test.flush.a", "a", []byte(`{}`)), sinktest.Event("herald_test.flush.b", "b", []byte(`{}`)))
 	for i, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "flushing") || sinks.IsPermanent(err) || sinks.IsUnavailable(err) {
 			t.Fatalf("event %d: %v, want a retryable flush error", i, err)
 		}
 	}
+}
+
+// silentNATSServer speaks just enough of the NATS protocol for a client to
+// connect (INFO, then PONG to the handshake's PING) and then reads and
+// ignores everything, answering no later PING.
+func silentNATSServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if _, err := conn.Write([]byte(`INFO {"server_id":"silent","version":"2.10.0","proto":1,"headers":true,"max_payload":1048576}` + "\r\n")); err != nil {
+					return
+				}
+				r := bufio.NewReader(conn)
+				answered := false
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if !answered && strings.HasPrefix(line, "PING") {
+						answered = true
+						if _, err := conn.Write([]byte("PONG\r\n")); err != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return "nats://" + ln.Addr().String()
 }
 
 func TestAuthRefusedIsUnavailable(t *testing.T) {
