@@ -1,6 +1,10 @@
 package sinks
 
-import "log/slog"
+import (
+	"log/slog"
+	"net/url"
+	"strings"
+)
 
 // Secret is a configuration value that must never be printed: a password, a
 // token, a webhook signing secret. It formats, logs and marshals as
@@ -31,3 +35,24 @@ func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + s.String() +
 
 // MarshalText implements encoding.TextMarshaler.
 func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// RedactURL returns raw fit for logs and errors: the user information of a
+// URL (which may hold a password or token) becomes "[redacted]". A URL
+// that cannot be parsed keeps only what follows its last "@", or is
+// replaced whole when it has none, since its secret cannot be found.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		// Unparsable, or parsed without user information although it may
+		// hold some ("user:password@host" lacks a scheme).
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return redacted + "@" + raw[i+1:]
+		}
+		if err != nil {
+			return "[unparsable URL]"
+		}
+		return raw
+	}
+	u.User = nil
+	return strings.Replace(u.String(), "://", "://"+redacted+"@", 1)
+}

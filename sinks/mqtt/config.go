@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -91,7 +90,7 @@ type broker struct {
 func parseURL(raw string) (broker, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return broker{}, fmt.Errorf("url: %q is not a broker URL such as mqtt://127.0.0.1:1883", redactURL(raw))
+		return broker{}, fmt.Errorf("url: %q is not a broker URL such as mqtt://127.0.0.1:1883", sinks.RedactURL(raw))
 	}
 	var b broker
 	port := "1883"
@@ -100,10 +99,10 @@ func parseURL(raw string) (broker, error) {
 	case "mqtts", "ssl", "tls":
 		b.tls, port = true, "8883"
 	default:
-		return broker{}, fmt.Errorf("url: %q: the scheme must be mqtt, tcp, mqtts, ssl or tls", redactURL(raw))
+		return broker{}, fmt.Errorf("url: %q: the scheme must be mqtt, tcp, mqtts, ssl or tls", sinks.RedactURL(raw))
 	}
 	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
-		return broker{}, fmt.Errorf("url: %q: an MQTT broker URL has no path or query (topics come from the route's destination)", redactURL(raw))
+		return broker{}, fmt.Errorf("url: %q: an MQTT broker URL has no path or query (topics come from the route's destination)", sinks.RedactURL(raw))
 	}
 	if u.Port() != "" {
 		port = u.Port()
@@ -176,27 +175,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// redactURL returns raw without its user information, which may hold a
-// password.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			return "[redacted]@" + raw[i+1:]
-		}
-		return raw
-	}
-	if u.User == nil {
-		return raw
-	}
-	u.User = nil
-	return strings.Replace(u.String(), "://", "://[redacted]@", 1)
-}
-
 // String implements fmt.Stringer with the URL's user information redacted,
 // so that printing a Config (or a struct holding one) shows no password.
 func (c Config) String() string {
-	c.URL = redactURL(c.URL)
+	c.URL = sinks.RedactURL(c.URL)
 	type plain Config // without this method, so that %+v does not recurse
 	return fmt.Sprintf("%+v", plain(c))
 }

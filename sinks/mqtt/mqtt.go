@@ -165,7 +165,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 		}
 		clientID = "herald-" + name + "-" + hex.EncodeToString(suffix)
 	}
-	return &Sink{name: name, cfg: cfg, broker: b, shown: redactURL(cfg.URL), clientID: clientID, tls: tlsCfg, logger: logger}, nil
+	return &Sink{name: name, cfg: cfg, broker: b, shown: sinks.RedactURL(cfg.URL), clientID: clientID, tls: tlsCfg, logger: logger}, nil
 }
 
 // Name returns the sink's name.

@@ -147,12 +147,12 @@ func (c Config) Validate() error {
 	for i, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("%s: %q is not a server URL such as nats://host:4222", keys[i], redactURL(raw))
+			return fmt.Errorf("%s: %q is not a server URL such as nats://host:4222", keys[i], sinks.RedactURL(raw))
 		}
 		switch u.Scheme {
 		case "nats", "tls", "ws", "wss":
 		default:
-			return fmt.Errorf("%s: %q: the scheme must be nats, tls, ws or wss", keys[i], redactURL(raw))
+			return fmt.Errorf("%s: %q: the scheme must be nats, tls, ws or wss", keys[i], sinks.RedactURL(raw))
 		}
 	}
 	switch c.Mode {
@@ -227,21 +227,4 @@ func (c Config) withDefaults() Config {
 		c.CheckStreams = &on
 	}
 	return c
-}
-
-// redactURL returns raw without its user information, which may hold a
-// token or password.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			return "[redacted]@" + raw[i+1:]
-		}
-		return raw
-	}
-	if u.User == nil {
-		return raw
-	}
-	u.User = nil
-	return strings.Replace(u.String(), "://", "://[redacted]@", 1)
 }

@@ -151,7 +151,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	urls, _ := cfg.servers()
 	shown := make([]string, len(urls))
 	for i, u := range urls {
-		shown[i] = redactURL(u)
+		shown[i] = sinks.RedactURL(u)
 	}
 	s.servers = strings.Join(urls, ",")
 	s.shown = strings.Join(shown, ",")

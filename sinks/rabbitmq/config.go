@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/sinks"
@@ -86,10 +85,10 @@ func (c Config) Validate() error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("url: %q is not an AMQP URI such as amqp://user:password@host:5672/", redactURL(raw))
+		return fmt.Errorf("url: %q is not an AMQP URI such as amqp://user:password@host:5672/", sinks.RedactURL(raw))
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		return fmt.Errorf("url: %q: the scheme must be amqp or amqps", redactURL(raw))
+		return fmt.Errorf("url: %q: the scheme must be amqp or amqps", sinks.RedactURL(raw))
 	}
 	if len(c.Exchange) > maxShortString {
 		return fmt.Errorf("exchange: %d bytes, over AMQP's limit of %d", len(c.Exchange), maxShortString)
@@ -137,23 +136,4 @@ func (c Config) withDefaults() Config {
 		c.MaxMessageSize = DefaultMaxMessageSize
 	}
 	return c
-}
-
-// redactURL returns raw without its user information, which holds the
-// password.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		// Unparsable, or parsed without user information although it may
-		// hold some ("user:password@host" lacks a scheme).
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			return "[redacted]@" + raw[i+1:]
-		}
-		if err != nil {
-			return "[unparsable URL]"
-		}
-		return raw
-	}
-	u.User = nil
-	return strings.Replace(u.String(), "://", "://[redacted]@", 1)
 }

@@ -154,7 +154,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{name: name, cfg: cfg, url: cfg.URL.Reveal(), shown: redactURL(cfg.URL.Reveal()), logger: logger}
+	s := &Sink{name: name, cfg: cfg, url: cfg.URL.Reveal(), shown: sinks.RedactURL(cfg.URL.Reveal()), logger: logger}
 	s.amqpCfg = amqp.Config{
 		TLSClientConfig: tlsCfg,
 		// The connection name shows in the management UI and lets an

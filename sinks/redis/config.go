@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -75,25 +74,25 @@ func (c Config) Validate() error {
 func (c Config) options() (*goredis.Options, error) {
 	u, err := url.Parse(c.URL)
 	if err != nil {
-		return nil, fmt.Errorf("url: %q is not a URL such as redis://host:6379/0", redactURL(c.URL))
+		return nil, fmt.Errorf("url: %q is not a URL such as redis://host:6379/0", sinks.RedactURL(c.URL))
 	}
 	switch u.Scheme {
 	case "redis", "rediss":
 		if u.Host == "" {
-			return nil, fmt.Errorf("url: %q names no host", redactURL(c.URL))
+			return nil, fmt.Errorf("url: %q names no host", sinks.RedactURL(c.URL))
 		}
 	case "unix":
 		if u.Path == "" {
-			return nil, fmt.Errorf("url: %q names no socket path", redactURL(c.URL))
+			return nil, fmt.Errorf("url: %q names no socket path", sinks.RedactURL(c.URL))
 		}
 	default:
-		return nil, fmt.Errorf("url: %q: the scheme must be redis, rediss or unix", redactURL(c.URL))
+		return nil, fmt.Errorf("url: %q: the scheme must be redis, rediss or unix", sinks.RedactURL(c.URL))
 	}
 	opts, err := goredis.ParseURL(c.URL)
 	if err != nil {
 		// go-redis' messages name the offending part (db, a query
 		// option), never the password.
-		return nil, fmt.Errorf("url: %q: %w", redactURL(c.URL), err)
+		return nil, fmt.Errorf("url: %q: %w", sinks.RedactURL(c.URL), err)
 	}
 	return opts, nil
 }
@@ -107,21 +106,4 @@ func (c Config) withDefaults() Config {
 		c.MaxPayload = DefaultMaxPayload
 	}
 	return c
-}
-
-// redactURL returns raw without its user information, which may hold a
-// password.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			return "[redacted]@" + raw[i+1:]
-		}
-		return raw
-	}
-	if u.User == nil {
-		return raw
-	}
-	u.User = nil
-	return strings.Replace(u.String(), "://", "://[redacted]@", 1)
 }

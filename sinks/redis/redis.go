@@ -133,7 +133,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	opts.MaxRetries = -1
 	opts.DisableIdentity = true
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	s := &Sink{name: name, cfg: cfg, shown: redactURL(cfg.URL), client: goredis.NewClient(opts), logger: logger}
+	s := &Sink{name: name, cfg: cfg, shown: sinks.RedactURL(cfg.URL), client: goredis.NewClient(opts), logger: logger}
 	return s, nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -67,10 +66,10 @@ func (c Config) Validate() error {
 	if c.Endpoint != "" {
 		u, err := url.Parse(c.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("endpoint: %q is not an http:// or https:// URL", redactEndpoint(c.Endpoint))
+			return fmt.Errorf("endpoint: %q is not an http:// or https:// URL", sinks.RedactURL(c.Endpoint))
 		}
 		if u.User != nil {
-			return fmt.Errorf("endpoint: %q must not hold credentials: use access_key_id and secret_access_key", redactEndpoint(c.Endpoint))
+			return fmt.Errorf("endpoint: %q must not hold credentials: use access_key_id and secret_access_key", sinks.RedactURL(c.Endpoint))
 		}
 	}
 	if (c.AccessKeyID == "") != (c.SecretAccessKey == "") {
@@ -106,26 +105,9 @@ func (c Config) WithDefaults() Config {
 // the region's when there is none.
 func (c Config) Shown() string {
 	if c.Endpoint != "" {
-		return redactEndpoint(c.Endpoint)
+		return sinks.RedactURL(c.Endpoint)
 	}
 	return "AWS region " + c.Region
-}
-
-// redactEndpoint drops user information from an endpoint URL, which
-// Validate refuses but must not print.
-func redactEndpoint(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			return "[redacted]@" + raw[i+1:]
-		}
-		return raw
-	}
-	if u.User == nil {
-		return raw
-	}
-	u.User = nil
-	return strings.Replace(u.String(), "://", "://[redacted]@", 1)
 }
 
 // Load returns the AWS client configuration of c (validated, defaults
