@@ -38,8 +38,8 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // RedactURL returns raw fit for logs and errors: the user information of a
 // URL (which may hold a password or token) becomes "[redacted]". A URL
-// that cannot be parsed keeps only what follows its last "@", or is
-// replaced whole when it has none, since its secret cannot be found.
+// that cannot be parsed keeps only what follows its last "@" (user
+// information ends there); one with no "@" holds none and is kept whole.
 func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
@@ -47,9 +47,6 @@ func RedactURL(raw string) string {
 		// hold some ("user:password@host" lacks a scheme).
 		if i := strings.LastIndex(raw, "@"); i >= 0 {
 			return redacted + "@" + raw[i+1:]
-		}
-		if err != nil {
-			return "[unparsable URL]"
 		}
 		return raw
 	}
