@@ -92,6 +92,7 @@ type Store struct {
 	statusPendingSQL, statusQueuesSQL   string
 	statusPublishedSQL, statusRelaysSQL string
 	backlogSQL                          string
+	heldKeysSQL, keyQueuesSQL           string
 }
 
 // New returns a Store for the tables t (defaults filled in).
@@ -205,6 +206,7 @@ RETURNING d.sink, d.seq, d.id::text, d.key, d.stops_key`
 	// Every lane is locked by the operation: no fence on the promoted rows.
 	s.promoteSQL = queue.PromoteSQL(t, "")
 	s.initStatus()
+	s.initHeld()
 	return s, nil
 }
 
