@@ -83,6 +83,7 @@ type Store struct {
 	batchSize int
 
 	listSQL, countSQL, pagePlanSQL      string
+	listNewestSQL                       string
 	showSetupSQL, showEventSQL          string
 	showDeliveriesSQL, nowSQL           string
 	lockLanesSQL, notifySQL             string
@@ -107,6 +108,11 @@ func New(db DB, t migrations.Tables) (*Store, error) {
        coalesce(d.last_error, ''), d.stops_key
 FROM ` + dl + ` d WHERE ` + filterSQL + `
 ORDER BY d.seq, d.sink LIMIT $11`
+	// The same walking the index backwards, from the newest.
+	s.listNewestSQL = `SELECT d.seq, d.id::text, d.topic, coalesce(d.key, ''), d.sink, d.attempts, d.created_at, d.dead_at,
+       coalesce(d.last_error, ''), d.stops_key
+FROM ` + dl + ` d WHERE ` + filterBeforeSQL + `
+ORDER BY d.seq DESC, d.sink DESC LIMIT $11`
 	s.countSQL = `SELECT count(*) FROM ` + dl + ` d WHERE ` + filterSQL
 	// A batch must walk the dead-letter index in (seq, sink) order, stop at
 	// its limit, and reach every other row it reads or changes through an
@@ -223,6 +229,10 @@ const filterSQL = `d.state = 'dead' AND (d.seq, d.sink) > ($1::bigint, $2::text)
   AND ($9::timestamptz IS NULL OR d.dead_at < $9::timestamptz)
   AND ($10::interval IS NULL OR d.dead_at < now() - $10::interval)`
 
+// filterBeforeSQL is filterSQL selecting the dead letters before ($1 seq,
+// $2 sink), for a list from the newest.
+var filterBeforeSQL = strings.Replace(filterSQL, "(d.seq, d.sink) > (", "(d.seq, d.sink) < (", 1)
+
 // Filter selects dead letters. Zero fields select everything; set fields
 // must all match. A dead letter matches on its own row: its sink, error
 // and time of death.
@@ -281,6 +291,9 @@ type position struct {
 // start is before every dead letter: seqs come from an identity column
 // and are positive.
 var start = position{seq: math.MinInt64, sink: pgtype.Text{Valid: true}}
+
+// end is after every dead letter, for a list from the newest.
+var end = position{seq: math.MaxInt64}
 
 func at(seq int64, sink string) position {
 	return position{seq, pgtype.Text{String: sink, Valid: true}}
@@ -373,13 +386,20 @@ type ListOpts struct {
 	// order, for paging through results: pass the last one's Seq and Sink.
 	// With AfterSink empty, the list starts after every dead letter of
 	// AfterSeq (the same thing for a dead letter of the routing step, the
-	// only one of its event); with both zero, at the beginning.
+	// only one of its event); with both zero, at the beginning. "After"
+	// is in the list's order: with Newest, older.
 	AfterSeq  int64
 	AfterSink string
+	// Newest lists in descending (seq, sink) order, the newest events
+	// first: seq is the order events were written in. A page back towards
+	// the newest is the list the other way from the page's first dead
+	// letter, reversed.
+	Newest bool
 }
 
-// List calls fn for each dead letter matching f, in (seq, sink) order,
-// reading DefaultBatchSize rows per statement. It stops at fn's first
+// List calls fn for each dead letter matching f, in (seq, sink) order
+// (descending with opts.Newest), reading DefaultBatchSize rows per
+// statement. It stops at fn's first
 // error and returns it.
 func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadLetter) error) error {
 	if err := f.Validate(); err != nil {
@@ -387,10 +407,12 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 	}
 	after, seen := at(opts.AfterSeq, opts.AfterSink), 0
 	switch {
+	case opts.AfterSeq == 0 && opts.AfterSink == "" && opts.Newest:
+		after = end
 	case opts.AfterSeq == 0 && opts.AfterSink == "":
 		after = start
 	case opts.AfterSink == "":
-		after = position{seq: opts.AfterSeq} // after all of AfterSeq
+		after = position{seq: opts.AfterSeq} // after all of AfterSeq, either way
 	}
 	for {
 		n := s.batchSize
@@ -400,7 +422,7 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 		if n <= 0 {
 			return nil
 		}
-		page, err := s.listPage(ctx, f, after, n)
+		page, err := s.listPage(ctx, f, after, n, opts.Newest)
 		if err != nil {
 			return err
 		}
@@ -418,10 +440,14 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 	}
 }
 
-func (s *Store) listPage(ctx context.Context, f Filter, after position, limit int) ([]DeadLetter, error) {
+func (s *Store) listPage(ctx context.Context, f Filter, after position, limit int, newest bool) ([]DeadLetter, error) {
 	page := make([]DeadLetter, 0, limit)
+	sql := s.listSQL
+	if newest {
+		sql = s.listNewestSQL
+	}
 	err := s.inPage(ctx, f, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.listSQL, append(f.args(after), limit)...)
+		rows, err := tx.Query(ctx, sql, append(f.args(after), limit)...)
 		if err != nil {
 			return err
 		}
