@@ -83,7 +83,7 @@ type Store struct {
 	batchSize int
 
 	listSQL, countSQL, pagePlanSQL      string
-	listNewestSQL                       string
+	listNewestSQL, countAtMostSQL       string
 	showSetupSQL, showEventSQL          string
 	showDeliveriesSQL, nowSQL           string
 	lockLanesSQL, notifySQL             string
@@ -114,6 +114,7 @@ ORDER BY d.seq, d.sink LIMIT $11`
 FROM ` + dl + ` d WHERE ` + filterBeforeSQL + `
 ORDER BY d.seq DESC, d.sink DESC LIMIT $11`
 	s.countSQL = `SELECT count(*) FROM ` + dl + ` d WHERE ` + filterSQL
+	s.countAtMostSQL = `SELECT count(*) FROM (SELECT FROM ` + dl + ` d WHERE ` + filterSQL + ` LIMIT $11) m`
 	// A batch must walk the dead-letter index in (seq, sink) order, stop at
 	// its limit, and reach every other row it reads or changes through an
 	// index, one probe per row. Right after a burst of dead letters, before
@@ -495,6 +496,28 @@ func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
 		return 0, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
 	}
 	return n, nil
+}
+
+// CountAtMost returns how many dead letters match f, counting no further
+// than limit: when more match, it returns limit and true. Count reads
+// every match (every dead letter, for a filter on the error text), which
+// takes time in proportion to them; a page that shows "10,000+" bounds
+// that work, and Count remains for the exact figure an operator confirms
+// before a replay or purge.
+func (s *Store) CountAtMost(ctx context.Context, f Filter, limit int64) (n int64, more bool, err error) {
+	if err := f.Validate(); err != nil {
+		return 0, false, err
+	}
+	if limit <= 0 {
+		return 0, false, &InputError{"limit", fmt.Sprintf("must be positive, got %d", limit)}
+	}
+	if err := s.db.QueryRow(ctx, s.countAtMostSQL, append(f.args(start), limit+1)...).Scan(&n); err != nil {
+		return 0, false, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
+	}
+	if n > limit {
+		return limit, true, nil
+	}
+	return n, false, nil
 }
 
 // Event statuses, as Show reports them.

@@ -87,6 +87,12 @@ func TestListFilters(t *testing.T) {
 			if err != nil || n != int64(len(c.want)) {
 				t.Fatalf("Count = %d, %v; want %d", n, err, len(c.want))
 			}
+			for _, limit := range []int64{1, 2, 10} {
+				n, more, err := tb.store.CountAtMost(context.Background(), c.f, limit)
+				if want := min(int64(len(c.want)), limit); err != nil || n != want || more != (int64(len(c.want)) > limit) {
+					t.Fatalf("CountAtMost(%d) = %d, %v, %v; want %d of %d", limit, n, more, err, want, len(c.want))
+				}
+			}
 		})
 	}
 	// Pages end and resume between two dead letters of one event.

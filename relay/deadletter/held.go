@@ -58,16 +58,19 @@ type KeyDelivery struct {
 func (s *Store) initHeld() {
 	dl := s.tables.Deliveries()
 	// The heads (head_idx: one per key and sink) that have failed at least
-	// once or stop their key, each with the number of deliveries behind it,
-	// counted on the queue index. Every failing head's queue is counted
-	// before the sort: "most behind first" needs all of them, and their
-	// number is that of keys whose head fails, not of events.
+	// once or stop their key, each with the number of deliveries behind it:
+	// the members of its queue but itself, counted on the queue index
+	// alone (an index-only scan: testing state = 'waiting' instead would
+	// read every waiting row, ten times the buffers on 100,000 of them).
+	// Every failing head's queue is counted before the sort: "most behind
+	// first" needs all of them; their number is that of keys whose head
+	// fails, not of events.
 	s.heldKeysSQL = `SELECT d.sink, d.key, d.topic, d.id::text, d.seq, d.state, d.attempts, coalesce(d.last_error, ''),
        d.next_at, CASE WHEN d.state = 'dead' THEN d.dead_at ELSE d.queued_at END AS since, b.n
 FROM ` + dl + ` d
 CROSS JOIN LATERAL (
-    SELECT count(*) AS n FROM ` + dl + ` w
-    WHERE w.key = d.key AND w.sink = d.sink AND ` + queue.On(queue.Member, "w") + ` AND w.state = 'waiting'
+    SELECT count(*) - 1 AS n FROM ` + dl + ` w
+    WHERE w.key = d.key AND w.sink = d.sink AND ` + queue.On(queue.Member, "w") + `
 ) b
 WHERE d.key IS NOT NULL AND ` + queue.Head + ` AND (d.attempts > 0 OR d.stops_key)
 ORDER BY b.n DESC, since, d.sink, d.key
