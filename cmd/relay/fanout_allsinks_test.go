@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -24,12 +26,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/sinks/awstest"
 	"github.com/heraldhq/herald/sinks/email/smtptest"
 	"github.com/heraldhq/herald/sinks/kafka"
 	"github.com/heraldhq/herald/sinks/mqtt"
 	"github.com/heraldhq/herald/sinks/mqtt/mqtttest"
 	natssink "github.com/heraldhq/herald/sinks/nats"
 	"github.com/heraldhq/herald/sinks/nats/natstest"
+	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
 	"github.com/heraldhq/herald/sinks/redis/redistest"
 )
@@ -41,7 +45,7 @@ type arrival struct{ id, key string }
 // relay's sinks section, its destination in the route, and a consumer
 // returning everything that arrived at its peer so far, duplicates
 // included, in arrival order. A new sink type joins the test by adding a
-// case to allSinks (Pub/Sub and SQS/SNS are next).
+// case to allSinks.
 type fanoutSink struct {
 	name        string
 	entry       string // YAML flow mapping without the name
@@ -52,7 +56,9 @@ type fanoutSink struct {
 // TestFanOutToAllSinksWithMosquittoRestart runs the built relay with one
 // route sending fanout.paid to every sink type at once, each with a real
 // peer: kfake, the local NATS JetStream, an HTTP receiver, an SMTP server,
-// the local Redis and RabbitMQ, and a private Mosquitto. Mosquitto is
+// the local Redis and RabbitMQ, a private Mosquitto, an in-process pstest
+// Pub/Sub server, and a moto server for SQS and SNS (FIFO queue and topic,
+// so that a key's order holds). Mosquitto is
 // stopped after some events reached its subscriber; the relay must pause
 // the MQTT sink (herald_sink_paused) while more events are committed, then
 // drain once Mosquitto is back on the same port. Every consumer must have
@@ -241,7 +247,64 @@ func waitMetric(t *testing.T, p *process, base, line string) {
 func allSinks(t *testing.T) ([]fanoutSink, *mosquitto) {
 	t.Helper()
 	broker := startMosquitto(t)
-	return []fanoutSink{kafkaCase(t), natsCase(t), webhookCase(t), emailCase(t), redisCase(t), rabbitmqCase(t), mqttCase(t, broker)}, broker
+	sqs, sns := awsCases(t)
+	return []fanoutSink{kafkaCase(t), natsCase(t), webhookCase(t), emailCase(t), redisCase(t), rabbitmqCase(t),
+		pubsubCase(t), sqs, sns, mqttCase(t, broker)}, broker
+}
+
+// pubsubCase publishes to a topic of an in-process pstest server, which
+// keeps every message published in publish order; the binary reaches it
+// through the sink's endpoint.
+func pubsubCase(t *testing.T) fanoutSink {
+	srv := pstest.NewServer()
+	t.Cleanup(func() { _ = srv.Close() })
+	const project, topic = "herald-test", "fanout-paid"
+	if _, err := srv.GServer.CreateTopic(t.Context(), &pubsubpb.Topic{Name: "projects/" + project + "/topics/" + topic}); err != nil {
+		t.Fatal(err)
+	}
+	return fanoutSink{
+		name:        "pubsub",
+		entry:       fmt.Sprintf("type: pubsub, project: %s, endpoint: %q", project, srv.Addr),
+		destination: topic,
+		read: func(*testing.T) []arrival {
+			var out []arrival
+			for _, m := range srv.Messages() {
+				out = append(out, arrival{m.Attributes[pubsub.AttrID], m.OrderingKey})
+			}
+			return out
+		},
+	}
+}
+
+// awsCases share one moto server: the sqs sink sends to a FIFO queue, the
+// sns sink publishes to a FIFO topic with a FIFO queue subscribed (raw
+// delivery); each consumer receives and deletes what its queue holds.
+// FIFO keeps a message group's order, and the sinks make the event key
+// the group.
+func awsCases(t *testing.T) (sqs, sns fanoutSink) {
+	endpoint := awstest.Server(t)
+	sqsClient, snsClient := awstest.SQS(endpoint), awstest.SNS(endpoint)
+	fifo := map[string]string{"FifoQueue": "true"}
+	queue := awstest.CreateQueue(t, sqsClient, awstest.QueueName(".fifo"), fifo)
+	name := awstest.QueueName(".fifo")
+	topic := awstest.CreateTopic(t, snsClient, name, map[string]string{"FifoTopic": "true"})
+	subscribed := awstest.CreateQueue(t, sqsClient, name, fifo)
+	awstest.SubscribeQueue(t, snsClient, sqsClient, topic, subscribed)
+	entry := func(typ string) string {
+		return fmt.Sprintf("type: %s, region: %s, endpoint: %q, access_key_id: %s, secret_access_key: %s",
+			typ, awstest.Region, endpoint, awstest.AccessKeyID, awstest.SecretAccessKey)
+	}
+	reader := func(url string) func(t *testing.T) []arrival {
+		var got []arrival
+		return func(t *testing.T) []arrival {
+			for _, m := range awstest.Receive(t, sqsClient, url) {
+				got = append(got, arrival{m.ID(), m.Key()})
+			}
+			return append([]arrival(nil), got...)
+		}
+	}
+	return fanoutSink{name: "sqs", entry: entry("sqs"), destination: queue, read: reader(queue)},
+		fanoutSink{name: "sns", entry: entry("sns"), destination: topic, read: reader(subscribed)}
 }
 
 func kafkaCase(t *testing.T) fanoutSink {

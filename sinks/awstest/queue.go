@@ -20,6 +20,13 @@ type Message struct {
 	DeduplicationID string            // MessageDeduplicationId (FIFO queues)
 }
 
+// ID returns the event id the message carries (its herald.id attribute).
+func (m Message) ID() string { return m.Attributes[awssink.AttrID] }
+
+// Key returns the event key the message carries (its herald.key
+// attribute; "" for an event without one).
+func (m Message) Key() string { return m.Attributes[awssink.AttrKey] }
+
 // Payload decodes the message's payload (base64 bodies).
 func (m Message) Payload(t testing.TB) []byte {
 	t.Helper()
