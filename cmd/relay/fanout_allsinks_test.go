@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,9 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -95,6 +99,7 @@ routes:
 	if r := runRelay(t, nil, "migrate", "up", "--database-url", dbURL, "--schema", tables.Schema); r.code != 0 {
 		t.Fatalf("migrate:\n%s", r)
 	}
+	started := time.Now()
 	p := start(t, nil, "run", "--config", config)
 	base := adminBase(t, p)
 	waitReadyz(t, p, base, func(r readiness) bool { return r.code == http.StatusOK })
@@ -127,6 +132,7 @@ routes:
 	}
 	mqttCase := cases[len(cases)-1]
 
+	t.Logf("relay ready after %s", time.Since(started).Round(time.Millisecond))
 	commit(240)
 	// Stop Mosquitto once some events reached its subscriber, while the
 	// others may still be on their way.
@@ -140,6 +146,7 @@ routes:
 
 	for _, c := range cases {
 		waitArrivals(t, p, c.name, total, func() int { return len(dedupe(c.read(t))) })
+		t.Logf("%s: every event read, %s after the relay started", c.name, time.Since(started).Round(time.Millisecond))
 	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("relay exit %d:\n%s", code, p.output())
@@ -278,9 +285,10 @@ func pubsubCase(t *testing.T) fanoutSink {
 
 // awsCases share one moto server: the sqs sink sends to a FIFO queue, the
 // sns sink publishes to a FIFO topic with a FIFO queue subscribed (raw
-// delivery); each consumer receives and deletes what its queue holds.
-// FIFO keeps a message group's order, and the sinks make the event key
-// the group.
+// delivery). FIFO keeps a message group's order, and the sinks make the
+// event key the group. moto serves each request slowly (about a second per
+// batch of ten on a loaded machine), so both queues are read from the
+// start, in the background, while the relay sends.
 func awsCases(t *testing.T) (sqs, sns fanoutSink) {
 	endpoint := awstest.Server(t)
 	sqsClient, snsClient := awstest.SQS(endpoint), awstest.SNS(endpoint)
@@ -294,17 +302,57 @@ func awsCases(t *testing.T) (sqs, sns fanoutSink) {
 		return fmt.Sprintf("type: %s, region: %s, endpoint: %q, access_key_id: %s, secret_access_key: %s",
 			typ, awstest.Region, endpoint, awstest.AccessKeyID, awstest.SecretAccessKey)
 	}
-	reader := func(url string) func(t *testing.T) []arrival {
-		var got []arrival
-		return func(t *testing.T) []arrival {
-			for _, m := range awstest.Receive(t, sqsClient, url) {
-				got = append(got, arrival{m.ID(), m.Key()})
+	return fanoutSink{name: "sqs", entry: entry("sqs"), destination: queue, read: readQueue(t, sqsClient, queue)},
+		fanoutSink{name: "sns", entry: entry("sns"), destination: topic, read: readQueue(t, sqsClient, subscribed)}
+}
+
+// readQueue receives from the queue at url in the background until the
+// test ends, deleting what it received (a FIFO queue hands out a group's
+// next message only then), and returns a reader of what arrived so far.
+func readQueue(t *testing.T, client *awssqs.Client, url string) func(t *testing.T) []arrival {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu   sync.Mutex
+		got  []arrival
+		fail error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			out, err := client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url),
+				MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 300, MessageAttributeNames: []string{"All"}})
+			if err == nil && len(out.Messages) > 0 {
+				del := make([]sqstypes.DeleteMessageBatchRequestEntry, len(out.Messages))
+				mu.Lock()
+				for i, m := range out.Messages {
+					got = append(got, arrival{aws.ToString(m.MessageAttributes["herald.id"].StringValue),
+						aws.ToString(m.MessageAttributes["herald.key"].StringValue)})
+					del[i] = sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+				}
+				mu.Unlock()
+				var res *awssqs.DeleteMessageBatchOutput
+				if res, err = client.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del}); err == nil && len(res.Failed) > 0 {
+					err = fmt.Errorf("%d entries not deleted", len(res.Failed))
+				}
 			}
-			return append([]arrival(nil), got...)
+			if err != nil && ctx.Err() == nil {
+				mu.Lock()
+				fail = fmt.Errorf("reading queue %s: %w", url, err)
+				mu.Unlock()
+				return
+			}
 		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return func(t *testing.T) []arrival {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail != nil {
+			t.Fatal(fail)
+		}
+		return append([]arrival(nil), got...)
 	}
-	return fanoutSink{name: "sqs", entry: entry("sqs"), destination: queue, read: reader(queue)},
-		fanoutSink{name: "sns", entry: entry("sns"), destination: topic, read: reader(subscribed)}
 }
 
 func kafkaCase(t *testing.T) fanoutSink {
