@@ -95,3 +95,46 @@ func TestMySQLEngineNotBuiltYet(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEMySQL: the README's MySQL section. `relay migrate up` on the
+// DATABASE_URL it exports, then its INSERT example, which the table takes
+// with defaults for every other column.
+func TestREADMEMySQL(t *testing.T) {
+	t.Parallel()
+	text := readme(t)
+	at := strings.Index(text, "## MySQL / MariaDB")
+	if at < 0 {
+		t.Fatal(`README: no "## MySQL / MariaDB" section`)
+	}
+	section := text[at:]
+	section = section[:strings.Index(section[3:], "\n## ")+3]
+	var shell, insert []string
+	for _, m := range fencedBlock.FindAllStringSubmatch(section, -1) {
+		switch m[1] {
+		case "sh":
+			shell = append(shell, m[2])
+		case "sql":
+			insert = append(insert, m[2])
+		}
+	}
+	if len(shell) != 1 || !strings.Contains(shell[0], "export DATABASE_URL='mysql://") || !strings.Contains(shell[0], "\nrelay migrate up") {
+		t.Fatalf("README's MySQL section: want one sh block exporting a mysql:// DATABASE_URL and running relay migrate up, got %q", shell)
+	}
+	if len(insert) != 1 {
+		t.Fatalf("README's MySQL section: want one SQL example, got %d", len(insert))
+	}
+	db, dbURL := mysqltest.Database(t)
+	if r := runRelay(t, []string{"DATABASE_URL=" + dbURL}, "migrate", "up"); r.code != 0 || !strings.Contains(r.stdout, "applied 001_outbox") {
+		t.Fatalf("relay migrate up:\n%s", r)
+	}
+	if _, err := db.Exec(insert[0]); err != nil {
+		t.Fatalf("README's MySQL INSERT example: %v", err)
+	}
+	var topic, key, payload, status string
+	if err := db.QueryRow("SELECT topic, `key`, payload, status FROM outbox").Scan(&topic, &key, &payload, &status); err != nil {
+		t.Fatal(err)
+	}
+	if topic != "orders.paid" || key != "order-42" || !strings.Contains(payload, `"order_id": 42`) || status != "pending" {
+		t.Fatalf("stored %q %q %q %q", topic, key, payload, status)
+	}
+}
