@@ -462,7 +462,7 @@ func (w *worker) flushStats(ctx context.Context) {
 	if len(w.stats) == 0 {
 		return
 	}
-	if err := w.store.store.AddPublished(ctx, w.stats); err != nil {
+	if err := w.r.store.AddPublished(ctx, w.stats); err != nil {
 		w.log.Warn("relay: writing published counts failed; will retry", "error", err)
 		if len(w.stats) > 100000 {
 			clear(w.stats) // bounded memory while the database is away
