@@ -186,7 +186,7 @@ SELECT count(*) FROM src`,
 		// newest). Only the owner of a lane claims its events,
 		// one batch at a time, and a relay taking over an expired lane
 		// waits until its previous owner's batches are over
-		// (worker.quarantine): the lanes are the lease, and a row lock
+		// (the engine's quarantine of lanes taken over): the lanes are the lease, and a row lock
 		// would add nothing but a write per row. Nor can a row locked by
 		// another transaction (an operator's UPDATE) be skipped and
 		// overtaken by the next event of its key, as FOR UPDATE SKIP
