@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/heraldhq/herald/relay/internal/store"
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -348,9 +349,10 @@ func (b *batch) settle() {
 // waits behind it, whatever the sink reported for it (a sink that sent it
 // anyway sends it again, after the head).
 func (b *batch) outcome() *outcome {
-	o := &outcome{outboxSeqs: make([]int64, len(b.fresh)), keyOf: b.keyOf}
+	o := &outcome{keyOf: b.keyOf}
+	o.OutboxSeqs, o.OutboxKeys = make([]int64, len(b.fresh)), make([]string, len(b.fresh))
 	for i := range b.fresh {
-		o.outboxSeqs[i] = b.fresh[i].seq
+		o.OutboxSeqs[i], o.OutboxKeys[i] = b.fresh[i].seq, b.fresh[i].key
 	}
 	var (
 		waiting map[keySink]bool // an earlier target of the key on the sink is not delivered
@@ -368,8 +370,8 @@ func (b *batch) outcome() *outcome {
 				wrote = map[keySink]bool{}
 			}
 			wrote[ks] = true
-			o.promoteKeys = append(o.promoteKeys, ks.key)
-			o.promoteSinks = append(o.promoteSinks, ks.sink)
+			o.PromoteKeys = append(o.PromoteKeys, ks.key)
+			o.PromoteSinks = append(o.PromoteSinks, ks.sink)
 		}
 		if status == tJoin || status == tPaused || status == tDown || status == tRetry || (status == tDead && t.stops) {
 			if waiting == nil {
@@ -411,7 +413,7 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 		if t.fresh {
 			return false
 		}
-		o.delete(t.name, it.seq)
+		o.Delete(t.name, it.seq)
 		return true
 
 	case tJoin:
@@ -419,7 +421,7 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 		// did: no attempt is counted.
 		b.counts.waiting++
 		if t.fresh {
-			o.insert(it, t.name, "waiting", false, 0, time.Time{}, nil)
+			o.insert(it, t.name, store.Waiting, false, 0, time.Time{}, nil)
 			return true
 		}
 		return false // it waits already, untouched
@@ -429,11 +431,11 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 		b.r.cfg.Observer.Failed(t.name, b.r.label(it.topic), "paused")
 		switch {
 		case t.fresh:
-			o.insert(it, t.name, "ready", false, t.tries, time.Time{}, t.err)
+			o.insert(it, t.name, store.Ready, false, t.tries, time.Time{}, t.err)
 		case it.head:
 			return false // the head stays due; nothing to write while its sink is down
 		default:
-			o.heads.add(it.seq, t.name, "ready", false, t.tries, time.Time{}, t.err)
+			addDelivery(&o.Heads, it.seq, t.name, store.Ready, false, t.tries, time.Time{}, t.err)
 		}
 		return true
 
@@ -442,9 +444,9 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 		b.r.cfg.Observer.Failed(t.name, b.r.label(it.topic), "retry")
 		b.r.logEvent(it, t.name, "relay: delivery failed, will retry", t.err, "retry_at", t.next)
 		if t.fresh {
-			o.insert(it, t.name, "ready", false, t.tries, t.next, t.err)
+			o.insert(it, t.name, store.Ready, false, t.tries, t.next, t.err)
 		} else {
-			o.heads.add(it.seq, t.name, "ready", false, t.tries, t.next, t.err)
+			addDelivery(&o.Heads, it.seq, t.name, store.Ready, false, t.tries, t.next, t.err)
 		}
 		return true
 
@@ -457,11 +459,11 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 		b.r.logEvent(it, t.name, "relay: event dead-lettered", t.err, "stops_key", t.stops)
 		switch {
 		case t.fresh:
-			o.insert(it, t.name, "dead", t.stops, t.tries, time.Time{}, t.err)
+			o.insert(it, t.name, store.Dead, t.stops, t.tries, time.Time{}, t.err)
 		case t.stops:
-			o.heads.add(it.seq, t.name, "dead", true, t.tries, time.Time{}, t.err)
+			addDelivery(&o.Heads, it.seq, t.name, store.Dead, true, t.tries, time.Time{}, t.err)
 		default:
-			o.demote.add(it.seq, t.name, "dead", false, t.tries, time.Time{}, t.err)
+			addDelivery(&o.Demote, it.seq, t.name, store.Dead, false, t.tries, time.Time{}, t.err)
 		}
 		return true
 	}

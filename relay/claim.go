@@ -3,14 +3,11 @@ package relay
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math/bits"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/heraldhq/herald/relay/internal/store"
 )
 
 // event is one event as the relay carries it through a batch, read from an
@@ -67,119 +64,83 @@ type claimLimits struct {
 // order, and, unless queueSinks is nil, from each queue sink in queueSinks
 // (the earlier first, when bytes run short) up to its queueHeads due heads
 // of those lanes, each followed by its waiting deliveries, queueRows rows at
-// most per sink. Outbox
-// rows in skip are left out. Both reads go in one round trip. An empty mask
-// claims nothing.
-func (s *store) claim(ctx context.Context, mask uint64, limit claimLimits, queueSinks []string, queueHeads []int32, queueRows int, skip []int64) (fresh, queued []item, err error) {
+// most per sink. Outbox rows in skip are left out. Both reads go in one
+// round trip. An empty mask claims nothing.
+func (s *session) claim(ctx context.Context, mask uint64, limit claimLimits, queueSinks []string, queueHeads []int32, queueRows int, skip []int64) (fresh, queued []item, err error) {
 	if mask == 0 {
 		return nil, nil, nil
 	}
-	lowest, highest := bits.TrailingZeros64(mask), laneCount-1-bits.LeadingZeros64(mask)
-	if skip == nil {
-		skip = []int64{}
-	}
 	bytes := limit.bytes
 	if queueSinks != nil {
-		bytes /= 2
+		bytes /= 2 // half for new events, half for queued deliveries
 	}
-	b := &pgx.Batch{}
-	b.Queue(s.planSQL)
-	b.Queue(s.claimSQL, int64(mask), limit.rows, lowest, highest, skip, limit.eventBytes, bytes, s.config)
-	if queueSinks != nil {
-		b.Queue(s.claimQueueSQL, queueSinks, int64(mask), lowest, highest, queueHeads, limit.eventBytes, bytes, s.config, queueRows)
+	rows, deliveries, err := s.store.Claim(ctx, store.ClaimParams{
+		Config: s.config, Lanes: mask, Rows: limit.rows, Bytes: bytes, EventBytes: limit.eventBytes, Skip: skip,
+		QueueSinks: queueSinks, QueueHeads: queueHeads, QueueRows: queueRows,
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("claiming events: %w", err)
-	}
-	if fresh, err = readItems(br, limit, false); err != nil {
-		return nil, nil, fmt.Errorf("claiming events: %w", err)
-	}
-	if queueSinks != nil {
-		if queued, err = readItems(br, limit, true); err != nil {
-			return nil, nil, fmt.Errorf("claiming queued deliveries: %w", err)
-		}
-	}
-	if err := br.Close(); err != nil {
-		return nil, nil, fmt.Errorf("claiming events: %w", err)
-	}
-	return fresh, queued, nil
+	return items(rows, limit), items(deliveries, limit), nil
 }
 
-// readItems reads the next result of a claim batch: outbox rows, or (with
-// deliveries) deliveries, which have more columns.
-func readItems(br pgx.BatchResults, limit claimLimits, deliveries bool) ([]item, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
+// items reads claimed rows into items, deciding what the relay makes of
+// their columns: the payload and its content type, the headers, and which
+// events cannot be carried (their decodeErr says why).
+func items(rows []store.Claimed, limit claimLimits) []item {
+	if rows == nil {
+		return nil
 	}
-	defer rows.Close()
-	out := make([]item, 0, limit.rows)
-	var (
-		id                  pgtype.UUID
-		key, contentType    pgtype.Text
-		payload, payloadBin []byte
-		headers             []byte
-		maxAttempts         pgtype.Int4
-		attempts            int32
-		payloadBytes        int32
-		createdAt           pgtype.Timestamptz
-	)
-	for rows.Next() {
-		it := item{delivery: deliveries}
-		dest := []any{&it.seq, &id, &it.topic, &key, &payload, &payloadBin, &contentType, &headers,
-			&createdAt, &maxAttempts, &it.lane, &it.queued, &payloadBytes}
-		if deliveries {
-			dest = append(dest, &it.sink, &attempts, &it.head, &it.elsewhere)
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("reading a claimed event: %w", err)
-		}
-		it.id, it.key, it.maxAttempts, it.attempts = uuidString(id), key.String, int(maxAttempts.Int32), int(attempts)
+	out := make([]item, len(rows))
+	for i := range rows {
+		c := &rows[i]
+		it := &out[i]
+		it.event = event{seq: c.Seq, id: c.ID, topic: c.Topic, key: c.Key, lane: c.Lane, maxAttempts: c.MaxAttempts}
+		it.delivery, it.sink, it.head, it.attempts, it.queued, it.elsewhere = c.Delivery, c.Sink, c.Head, c.Attempts, c.Queued, c.Elsewhere
 		switch {
-		case int64(payloadBytes) > limit.eventBytes:
-			it.decodeErr = fmt.Errorf("its payload is %d bytes, more than relay.max_event_bytes (%d): left unloaded", payloadBytes, limit.eventBytes)
-		case payloadBin != nil:
-			it.payload = payloadBin
+		case c.PayloadBytes > limit.eventBytes:
+			it.decodeErr = fmt.Errorf("its payload is %d bytes, more than relay.max_event_bytes (%d): left unloaded", c.PayloadBytes, limit.eventBytes)
+		case c.PayloadBin != nil:
+			it.payload = c.PayloadBin
 			it.contentType = "application/octet-stream"
-		case payload != nil:
-			it.payload = payload
+		case c.Payload != nil:
+			it.payload = c.Payload
 			it.contentType = "application/json"
 		default:
 			it.payload = []byte("null")
 			it.contentType = "application/json"
 		}
-		if contentType.Valid && contentType.String != "" {
-			it.contentType = contentType.String
+		if c.ContentType != "" {
+			it.contentType = c.ContentType
 		}
-		if len(headers) > 2 {
-			it.headers, it.decodeErr = decodeHeaders(headers)
+		if len(c.Headers) > 2 {
+			it.headers, it.decodeErr = decodeHeaders(c.Headers)
 		}
-		if it.createdAt, err = createdTime(createdAt); err != nil && it.decodeErr == nil {
+		var err error
+		if it.createdAt, err = createdTime(c.CreatedAt, c.CreatedAtErr); err != nil && it.decodeErr == nil {
 			it.decodeErr = err
 		}
 		if it.delivery && it.sink == "" {
 			// The routing step's own queue is the one it is in.
 			it.queued = slices.DeleteFunc(it.queued, func(s string) bool { return s == "" })
 		}
-		out = append(out, it)
 	}
-	return out, rows.Err()
+	return out
 }
 
-// createdTime reads the created_at column. Sinks carry it (a Kafka record's
-// timestamp, a webhook envelope's JSON) and operators list it: it must be
-// an actual time, of years 1 to 9999. Migration 006 refuses other values at
-// INSERT; a row written before that is dead-lettered with the reason.
-func createdTime(t pgtype.Timestamptz) (time.Time, error) {
+// createdTime checks the created_at column (read as t, or unreadable with
+// err). Sinks carry it (a Kafka record's timestamp, a webhook envelope's
+// JSON) and operators list it: it must be an actual time, of years 1 to
+// 9999. The schema refuses other values at INSERT (migration 006 on
+// PostgreSQL); a row written before that is dead-lettered with the reason.
+func createdTime(t time.Time, err error) (time.Time, error) {
 	switch {
-	case t.InfinityModifier != pgtype.Finite:
-		return time.Time{}, errors.New("created_at is infinity or -infinity, not a time")
-	case t.Time.Year() < 1 || t.Time.Year() > 9999:
-		return time.Time{}, fmt.Errorf("created_at %s is outside years 1 to 9999", t.Time.Format(time.RFC3339))
+	case err != nil:
+		return time.Time{}, err
+	case t.Year() < 1 || t.Year() > 9999:
+		return time.Time{}, fmt.Errorf("created_at %s is outside years 1 to 9999", t.Format(time.RFC3339))
 	}
-	return t.Time, nil
+	return t, nil
 }
 
 // decodeHeaders reads the headers column: a JSON object whose values are
@@ -199,20 +160,4 @@ func decodeHeaders(raw []byte) (map[string]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func uuidString(u pgtype.UUID) string {
-	const hex = "0123456789abcdef"
-	b := u.Bytes
-	buf := make([]byte, 36)
-	j := 0
-	for i := 0; i < 16; i++ {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			buf[j] = '-'
-			j++
-		}
-		buf[j], buf[j+1] = hex[b[i]>>4], hex[b[i]&0xf]
-		j += 2
-	}
-	return string(buf)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/relay/internal/pgstore"
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -24,6 +25,12 @@ type testBundle struct {
 	pool   *pgxpool.Pool
 	tables migrations.Tables
 	rec    *recorder
+}
+
+// newStore returns the session of a relay named owner on the test's tables,
+// as a worker has it (with the empty configuration).
+func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *session {
+	return &session{store: pgstore.New(pool, t), owner: owner}
 }
 
 func setup(t testing.TB) *testBundle {

@@ -10,11 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/relay/internal/queue"
+	"github.com/heraldhq/herald/relay/internal/store"
 	"github.com/heraldhq/herald/relay/routefilter"
 	"github.com/heraldhq/herald/sinks"
 )
@@ -22,8 +20,10 @@ import (
 // Relay claims, publishes and records outbox events. Create it with New and
 // call Run; several relays (in one process or many) may share a database.
 type Relay struct {
-	cfg     Config
-	pool    *pgxpool.Pool
+	cfg Config
+	// store is the database: every worker's session, the vacuum loop and
+	// the wake-ups go through it.
+	store   store.Store
 	routes  []route
 	log     *slog.Logger
 	workers []*worker
@@ -86,15 +86,12 @@ type routeTarget struct {
 	state *sinkState
 }
 
-// New returns a relay publishing through the sinks named in cfg.Routes.
-func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
+// newRelay returns a relay on st publishing through the sinks named in
+// cfg.Routes, which has its defaults.
+func newRelay(st store.Store, cfg Config) *Relay {
 	r := &Relay{
 		cfg:             cfg,
-		pool:            pool,
+		store:           st,
 		log:             cfg.Logger.With("relay", cfg.Owner),
 		routeCache:      map[string]topicInfo{},
 		sinkStates:      map[string]*sinkState{},
@@ -106,10 +103,6 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		vacuumCheck:     make(chan struct{}, 1),
 		vacuumEvery:     maintainEvery,
 	}
-	if conns, least := pool.Config().MaxConns, PoolSize(cfg.Workers)-1; conns < least {
-		r.log.Warn("relay: the connection pool is smaller than the relay needs; its loops will wait for each other",
-			"max_conns", conns, "needed", PoolSize(cfg.Workers))
-	}
 	for i := range cfg.Workers {
 		owner := cfg.Owner
 		if cfg.Workers > 1 {
@@ -118,11 +111,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		r.workers = append(r.workers, &worker{
 			r:      r,
 			index:  i,
-			store:  newStore(pool, cfg.Tables, owner).withConfig(r.config),
+			store:  &session{store: st, owner: owner, config: r.config},
 			log:    cfg.Logger.With("relay", owner),
 			wake:   make(chan struct{}, 1),
 			relane: make(chan struct{}, 1),
-			stats:  map[statKey]int64{},
+			stats:  map[store.StatKey]int64{},
 			skip:   map[int64]skipEntry{},
 		})
 	}
@@ -153,7 +146,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	for _, name := range r.sinkNames {
 		cfg.Observer.SinkPaused(name, false)
 	}
-	return r, nil
+	return r
 }
 
 // has reports whether the route sends to the sink named sink.
@@ -452,7 +445,7 @@ func (r *Relay) logEvent(it *item, sink, msg string, err error, attrs ...any) {
 // the schema is missing or newer than this relay, or a relay with the same
 // owner name is running (the two would share lanes).
 func (r *Relay) Run(ctx context.Context) error {
-	if err := migrations.Check(ctx, r.pool, r.cfg.Tables); err != nil {
+	if err := r.store.CheckSchema(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
 		}
@@ -535,44 +528,22 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// listen holds a connection LISTENing on the outbox channel and wakes the
-// loop on each notification, reconnecting with backoff when it drops.
+// listen wakes the workers whenever the store says work may have arrived
+// (LISTEN on PostgreSQL), starting again with backoff when it loses its
+// means of knowing; the workers poll meanwhile.
 func (r *Relay) listen(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx)
+		err := r.store.Listen(ctx, r.signal)
 		if ctx.Err() != nil {
 			return
 		}
 		failures++
 		delay := min(time.Duration(failures)*250*time.Millisecond, 5*time.Second)
-		r.log.Warn("relay: LISTEN connection lost; polling until it is back", "error", err, "retry_in", delay)
+		r.log.Warn("relay: lost the database's wake-ups (LISTEN on PostgreSQL); polling until they are back", "error", err, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return
 		}
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context) error {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("connecting to listen: %w", err)
-	}
-	// A LISTENing session must not go back to the pool.
-	defer func() {
-		_ = conn.Conn().Close(context.Background())
-		conn.Release()
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+r.cfg.Tables.ChannelIdent()); err != nil {
-		return fmt.Errorf("listening on %s: %w", r.cfg.Tables.Channel(), err)
-	}
-	r.signal(true) // events may have arrived while not listening
-	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		r.signal(n.Payload == queue.Notification)
 	}
 }
 

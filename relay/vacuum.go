@@ -19,10 +19,6 @@ const (
 	// queuedCheckEvery is how many deliveries this relay queues (while a
 	// sink fails) between two looks at the tables' growth.
 	queuedCheckEvery = 2000
-	// analyzeAfterPages is how many pages a table grows by, past twice its
-	// size when last analyzed, before the relay analyzes it (see
-	// maintainTables).
-	analyzeAfterPages = 8
 )
 
 // countRecorded adds a recorded batch of n events and asks the vacuum loop
@@ -57,7 +53,7 @@ func (r *Relay) askVacuumLoop() {
 
 // vacuumLoop vacuums the outbox and deliveries tables whenever either holds
 // more than vacuumAfterDeadTuples dead tuples, and analyzes either when it
-// has grown (maintainTables), looking every vacuumEvery and whenever
+// has grown (store.MaintainTables), looking every vacuumEvery and whenever
 // countRecorded or countQueued asks. Every delivered event leaves a dead tuple
 // that claims walk past until a vacuum removes it: at 10,000 events/s a
 // look every 10 s let 100,000 pile up between vacuums, and the claims of the
@@ -68,7 +64,6 @@ func (r *Relay) askVacuumLoop() {
 func (r *Relay) vacuumLoop(ctx context.Context) {
 	tick := time.NewTicker(r.vacuumEvery)
 	defer tick.Stop()
-	s := r.workers[0].store
 	for {
 		select {
 		case <-ctx.Done():
@@ -77,12 +72,12 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 		case <-r.vacuumCheck:
 		}
 		start := time.Now()
-		done, err := s.maintainTables(ctx, vacuumAfterDeadTuples)
+		done, err := r.store.MaintainTables(ctx, vacuumAfterDeadTuples)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("relay: vacuum failed", "error", err)
-		case len(done.vacuumed)+len(done.analyzed) > 0:
-			r.log.Debug("relay: maintained the outbox tables", "vacuumed", done.vacuumed, "analyzed", done.analyzed, "took", time.Since(start))
+		case len(done.Vacuumed)+len(done.Analyzed) > 0:
+			r.log.Debug("relay: maintained the outbox tables", "vacuumed", done.Vacuumed, "analyzed", done.Analyzed, "took", time.Since(start))
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/heraldhq/herald/relay/internal/store"
 )
 
 // A worker is one claim loop. A relay runs Config.Workers of them; each is a
@@ -22,7 +22,7 @@ import (
 type worker struct {
 	r     *Relay
 	index int
-	store *store
+	store *session
 	log   *slog.Logger
 	wake  chan struct{}
 	// relane asks the worker to refresh its lanes now: a sibling released
@@ -46,7 +46,7 @@ type worker struct {
 
 	// stats counts published events per minute, sink and topic, flushed to
 	// the stats table every statsEvery.
-	stats map[statKey]int64
+	stats map[store.StatKey]int64
 
 	// skip holds outbox rows left in place because another transaction
 	// held them locked, with when to claim them again (see leave).
@@ -339,12 +339,12 @@ func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 		start := time.Now()
 		left, err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
 		if err == nil {
-			if !o.happy() {
+			if !o.Happy() {
 				w.queuesDirty.Store(true)
 			}
 			w.r.cfg.Observer.Recorded(n, time.Since(start))
 			w.r.countRecorded(n)
-			w.r.countQueued(len(o.fromOutbox.seqs) + len(o.fromRouting.seqs))
+			w.r.countQueued(o.FromOutbox.Len() + o.FromRouting.Len())
 			w.r.recordFailed(w, nil)
 			w.leave(left)
 			return nil
@@ -371,12 +371,8 @@ func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 // the data it was given (a data exception, a constraint, a limit), rather
 // than because it could not run it.
 func refusedData(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	class := pgErr.Code[:2]
-	return class == "22" || class == "23" || class == "54"
+	var dataErr *store.DataError
+	return errors.As(err, &dataErr)
 }
 
 // recordEach records a batch the database refused (first) event by event,
@@ -400,8 +396,8 @@ func (w *worker) recordEach(ctx context.Context, o *outcome, n int, first error)
 		w.log.Error("relay: the database refused to record an event; it is a dead letter now", "seq", seq, "error", err)
 		if _, err := w.store.record(ctx, aside, keep); err != nil {
 			w.log.Error("relay: could not set aside an event the database refused to record; it will be claimed again", "seq", seq, "error", err)
-			if len(one.outboxSeqs) > 0 {
-				w.leave(one.outboxSeqs)
+			if len(one.OutboxSeqs) > 0 {
+				w.leave(one.OutboxSeqs)
 			}
 		}
 	}
@@ -454,15 +450,9 @@ type skipEntry struct {
 // maxSkipped bounds the rows set aside at once.
 const maxSkipped = 10000
 
-// statKey is one row of the stats table.
-type statKey struct {
-	minute      time.Time
-	sink, topic string
-}
-
 // countPublished adds one published event to the in-memory counts.
 func (w *worker) countPublished(sink, topic string, at time.Time) {
-	w.stats[statKey{at.UTC().Truncate(time.Minute), sink, topic}]++
+	w.stats[store.StatKey{Minute: at.UTC().Truncate(time.Minute), Sink: sink, Topic: topic}]++
 }
 
 // flushStats adds the in-memory counts to the stats table and removes rows
@@ -472,7 +462,7 @@ func (w *worker) flushStats(ctx context.Context) {
 	if len(w.stats) == 0 {
 		return
 	}
-	if err := w.store.flushStats(ctx, w.stats); err != nil {
+	if err := w.r.store.AddPublished(ctx, w.stats); err != nil {
 		w.log.Warn("relay: writing published counts failed; will retry", "error", err)
 		if len(w.stats) > 100000 {
 			clear(w.stats) // bounded memory while the database is away

@@ -1,38 +1,21 @@
-package relay
+package pgstore
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay/internal/queue"
 )
-
-// laneCount is the number of lanes the key space is hashed into. It matches
-// the rows seeded by the migration and the bit mask the claim tests.
-const laneCount = 64
 
 // laneSQL is an event's lane: its key's hash, or its id's when it has no key.
 // It is the claim index's last column (migration 003), written exactly as
 // there so that the planner matches it.
 const laneSQL = `(hashtext(coalesce(key, id::text)) & 63)`
 
-// store holds every SQL statement the engine runs. Statements are built once
-// from the quoted table names; pgx prepares and caches them per connection.
-type store struct {
-	pool  *pgxpool.Pool
-	owner string
-	// config is the fingerprint of this relay's routes: only relays with
-	// the newest configuration among the live ones claim (see newest).
-	config string
-
+// statements are every SQL statement the relay engine runs on PostgreSQL,
+// built once from the quoted table names; pgx prepares and caches them per
+// connection. Whatever a statement needs of the relay (its owner name, its
+// configuration) is a parameter: no SQL is built from anything but quoted
+// table names.
+type statements struct {
 	planSQL, claimSQL, claimQueueSQL string
 	// removals[keepDone][skipLocked] remove (or mark done) a batch's
 	// outbox rows.
@@ -44,18 +27,11 @@ type store struct {
 	cleanRelaysSQL, sinksPresentSQL, unroutedSQL         string
 	purgeDoneSQL                                         string
 	statsSQL, statsCleanSQL                              string
-	outboxName, deliveriesName                           string
-}
-
-// withConfig sets the fingerprint of the relay's routes the store announces
-// and claims under.
-func (s *store) withConfig(config string) *store {
-	s.config = config
-	return s
+	tableSizesSQL                                        string
 }
 
 // removal holds the statements that record a batch's outbox rows: see
-// newStore. keyed: fanOut takes the rows' keys as $10.
+// newStatements. keyed: fanOut takes the rows' keys as $10.
 type removal struct {
 	happy, fanOut string
 	keyed         bool
@@ -83,7 +59,7 @@ func payloadsUpTo(alias string) string {
 		`CASE WHEN ` + alias + `.payload_bytes <= $6 THEN ` + alias + `.payload_bin END`
 }
 
-func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *store {
+func newStatements(t migrations.Tables) statements {
 	o, dl, l, r, st := t.Outbox(), t.Deliveries(), t.Lanes(), t.Relays(), t.Stats()
 	// Writes are fenced by lane: a relay writes only rows of lanes it still
 	// holds. The lanes are locked in share mode (in lane order, as the
@@ -188,9 +164,7 @@ SELECT count(*) FROM src`,
 			keyed: true,
 		}
 	}
-	return &store{
-		pool:  pool,
-		owner: owner,
+	return statements{
 		// Claims and records run after planSQL, in the same (implicit)
 		// transaction: no sequential scan, hash or merge join. Each of their
 		// statements reads a batch's rows through an index, and PostgreSQL
@@ -212,7 +186,7 @@ SELECT count(*) FROM src`,
 		// newest). Only the owner of a lane claims its events,
 		// one batch at a time, and a relay taking over an expired lane
 		// waits until its previous owner's batches are over
-		// (worker.quarantine): the lanes are the lease, and a row lock
+		// (the engine's quarantine of lanes taken over): the lanes are the lease, and a row lock
 		// would add nothing but a write per row. Nor can a row locked by
 		// another transaction (an operator's UPDATE) be skipped and
 		// overtaken by the next event of its key, as FOR UPDATE SKIP
@@ -404,8 +378,6 @@ WHERE (d.sink, d.seq) IN (
     SELECT d.sink, d.seq FROM ` + dl + ` d
     WHERE d.sink = ANY($2) AND d.state <> 'dead' AND ` + ownDelivery + `
     LIMIT $3)`,
-		outboxName:     o,
-		deliveriesName: dl,
 		purgeDoneSQL: `DELETE FROM ` + o + ` WHERE seq IN (
     SELECT seq FROM ` + o + ` WHERE status = 'done' AND finished_at < now() - $1::interval
     ORDER BY finished_at LIMIT $2)`,
@@ -413,282 +385,12 @@ WHERE (d.sink, d.seq) IN (
 SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::bigint[])
 ON CONFLICT (minute, sink, topic) DO UPDATE SET published = s.published + excluded.published`,
 		statsCleanSQL: `DELETE FROM ` + st + ` WHERE minute < now() - interval '1 day'`,
-	}
-}
-
-// flushStats adds published counts to the stats table and removes rows
-// older than a day, in one transaction.
-func (s *store) flushStats(ctx context.Context, counts map[statKey]int64) error {
-	n := len(counts)
-	minutes, sinkNames, topics, published := make([]time.Time, 0, n), make([]string, 0, n), make([]string, 0, n), make([]int64, 0, n)
-	for k, v := range counts {
-		minutes = append(minutes, k.minute)
-		sinkNames = append(sinkNames, k.sink)
-		topics = append(topics, k.topic)
-		published = append(published, v)
-	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.statsSQL, minutes, sinkNames, topics, published); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, s.statsCleanSQL)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("writing published counts: %w", err)
-	}
-	return nil
-}
-
-// refreshLanes renews this relay's heartbeat (with the sinks it holds
-// paused) and lanes, then moves towards holding its block: the live relays
-// with the newest configuration, ordered by owner name, split the
-// lanes into consecutive blocks of 64 / live (the first ones a lane smaller
-// when it does not divide). Lanes outside the block are released; free
-// lanes inside it are acquired (those still held by a relay that has not
-// yet seen the change come at a later refresh). A block of neighbours,
-// rather than any set of lanes, keeps the claim's lane range (lowest to
-// highest lane held) free of other relays' lanes. It returns the lanes
-// held, and those just taken over from an owner whose lease had expired, as
-// bit masks. A relay whose configuration is not the newest releases its
-// lanes and reports that it is superseded.
-func (s *store) refreshLanes(ctx context.Context, lease time.Duration, paused []string) (held, takenOver uint64, superseded bool, err error) {
-	if paused == nil {
-		paused = []string{}
-	}
-	b := &pgx.Batch{}
-	b.Queue(s.heartbeatSQL, s.owner, lease, s.config, paused)
-	b.Queue(s.liveSQL, s.owner, s.config)
-	b.Queue(s.renewSQL, s.owner, lease)
-	br := s.pool.SendBatch(ctx, b)
-	var live, rank int
-	var current bool
-	var owned []int16
-	_, err = br.Exec()
-	if err == nil {
-		err = br.QueryRow().Scan(&live, &rank, &current)
-	}
-	if err == nil {
-		var rows pgx.Rows
-		rows, err = br.Query()
-		if err == nil {
-			owned, err = pgx.CollectRows(rows, pgx.RowTo[int16])
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("renewing lanes: %w", err)
-	}
-	if !current {
-		// A relay with a newer configuration is live: it takes the lanes.
-		if len(owned) > 0 {
-			if _, err := s.pool.Exec(ctx, s.releaseSQL, s.owner, owned); err != nil {
-				return 0, 0, true, fmt.Errorf("releasing lanes to relays with a newer configuration: %w", err)
-			}
-		}
-		return 0, 0, true, nil
-	}
-	first, last := laneBlock(rank, live)
-	var keep, extra []int16
-	for _, lane := range owned {
-		if int(lane) >= first && int(lane) <= last {
-			keep = append(keep, lane)
-		} else {
-			extra = append(extra, lane)
-		}
-	}
-	if len(extra) > 0 {
-		if _, err := s.pool.Exec(ctx, s.releaseSQL, s.owner, extra); err != nil {
-			return 0, 0, false, fmt.Errorf("releasing lanes: %w", err)
-		}
-	}
-	if len(keep) < last-first+1 {
-		rows, err := s.pool.Query(ctx, s.acquireSQL, s.owner, lease, first, last)
-		if err != nil {
-			return 0, 0, false, fmt.Errorf("acquiring lanes: %w", err)
-		}
-		var lane int16
-		var taken bool
-		_, err = pgx.ForEachRow(rows, []any{&lane, &taken}, func() error {
-			keep = append(keep, lane)
-			if taken {
-				takenOver |= 1 << uint(lane)
-			}
-			return nil
-		})
-		if err != nil {
-			return 0, 0, false, fmt.Errorf("acquiring lanes: %w", err)
-		}
-	}
-	for _, l := range keep {
-		held |= 1 << uint(l)
-	}
-	return held, takenOver, false, nil
-}
-
-// laneBlock is the first and last lane of block rank (from 0) when live
-// relays split the lanes.
-func laneBlock(rank, live int) (first, last int) {
-	live = max(live, 1)
-	rank = min(max(rank, 0), live-1)
-	return rank * laneCount / live, (rank+1)*laneCount/live - 1
-}
-
-// heartbeat announces this relay as live until lease from now.
-func (s *store) heartbeat(ctx context.Context, lease time.Duration) error {
-	if _, err := s.pool.Exec(ctx, s.heartbeatSQL, s.owner, lease, s.config, []string{}); err != nil {
-		return fmt.Errorf("announcing relay %s: %w", s.owner, err)
-	}
-	return nil
-}
-
-// releaseAll gives back this relay's lanes and removes its heartbeat: other
-// relays take over at once instead of after the lease.
-func (s *store) releaseAll(ctx context.Context) error {
-	b := &pgx.Batch{}
-	b.Queue(s.releaseAllSQL, s.owner)
-	b.Queue(s.unregisterSQL, s.owner)
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("releasing lanes: %w", err)
-	}
-	return nil
-}
-
-// ownerLive returns until when a relay named owner announced itself live,
-// or the zero time when none is live under that name.
-func (s *store) ownerLive(ctx context.Context) (time.Time, error) {
-	var until time.Time
-	err := s.pool.QueryRow(ctx, s.ownerLiveSQL, s.owner).Scan(&until)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, nil
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("looking for a live relay named %s: %w", s.owner, err)
-	}
-	return until, nil
-}
-
-// maintain removes forgotten relays and, with a retention period, delivered
-// rows older than it, in bounded batches.
-func (s *store) maintain(ctx context.Context, retention time.Duration) (purged int64, err error) {
-	if _, err := s.pool.Exec(ctx, s.cleanRelaysSQL); err != nil {
-		return 0, fmt.Errorf("removing departed relays: %w", err)
-	}
-	if retention <= 0 {
-		return 0, nil
-	}
-	const chunk = 5000
-	for {
-		tag, err := s.pool.Exec(ctx, s.purgeDoneSQL, retention, chunk)
-		if err != nil {
-			return purged, fmt.Errorf("removing delivered events older than %s: %w", retention, err)
-		}
-		purged += tag.RowsAffected()
-		if tag.RowsAffected() < chunk || ctx.Err() != nil {
-			return purged, nil
-		}
-	}
-}
-
-// deadLetterUnrouted turns the deliveries of this relay's lanes that wait
-// for a sink outside routed (the sinks the routes name, and ” for the
-// routing step) into dead letters, in bounded batches. It returns how many.
-func (s *store) deadLetterUnrouted(ctx context.Context, routed []string) (int64, error) {
-	rows, err := s.pool.Query(ctx, s.sinksPresentSQL)
-	if err != nil {
-		return 0, fmt.Errorf("listing the sinks with deliveries: %w", err)
-	}
-	present, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return 0, fmt.Errorf("listing the sinks with deliveries: %w", err)
-	}
-	var gone []string
-	for _, sink := range present {
-		if sink != "" && !slices.Contains(routed, sink) {
-			gone = append(gone, sink)
-		}
-	}
-	if len(gone) == 0 {
-		return 0, nil
-	}
-	const chunk = 5000
-	var total int64
-	for {
-		tag, err := s.pool.Exec(ctx, s.unroutedSQL, s.owner, gone, chunk)
-		if err != nil {
-			return total, fmt.Errorf("dead-lettering deliveries for sinks no route names (%s): %w", strings.Join(gone, ", "), err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < chunk || ctx.Err() != nil {
-			return total, nil
-		}
-	}
-}
-
-// maintenance says what maintainTables did.
-type maintenance struct {
-	vacuumed, analyzed []string
-}
-
-// maintainTables vacuums the outbox and the deliveries table, each when it
-// holds more than threshold dead tuples, and analyzes each that has grown
-// to more than twice its size when last analyzed.
-//
-// Every delivered event leaves a dead tuple, and the claims walk past them
-// until a vacuum removes them: with autovacuum off or behind, claims would
-// slow without bound. A table that does not need it is left alone: the
-// deliveries table grows by a row per event while a sink is down, with
-// nothing for a vacuum to remove.
-//
-// That growth is what the analyze is for. PostgreSQL keeps a statement's
-// generic plan, made for the sizes the table had then, until the table is
-// analyzed: plans made while the deliveries table was empty looked up each
-// claimed event's queues by walking every head, and a claim took seconds
-// once the table held 100,000 rows. Analyzing at each doubling makes them
-// plan again, and costs a sample of the table each time.
-func (s *store) maintainTables(ctx context.Context, threshold int64) (maintenance, error) {
-	var done maintenance
-	names := []string{s.outboxName, s.deliveriesName}
-	rows, err := s.pool.Query(ctx, `SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = c.oid), 0),
+		// Per table in $1, in that order: its dead tuples, its size in
+		// pages when last analyzed, and its size in pages now.
+		tableSizesSQL: `SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = c.oid), 0),
        c.relpages::bigint, pg_relation_size(c.oid) / current_setting('block_size')::bigint
 FROM unnest($1::text[]) WITH ORDINALITY AS t(name, i)
 JOIN pg_class c ON c.oid = to_regclass(t.name)
-ORDER BY t.i`, names)
-	if err != nil {
-		return done, fmt.Errorf("reading the sizes and dead tuples of %s: %w", s.outboxName, err)
+ORDER BY t.i`,
 	}
-	type size struct{ dead, analyzedPages, pages int64 }
-	sizes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (size, error) {
-		var z size
-		return z, row.Scan(&z.dead, &z.analyzedPages, &z.pages)
-	})
-	if err != nil {
-		return done, fmt.Errorf("reading the sizes and dead tuples of %s: %w", s.outboxName, err)
-	}
-	if len(sizes) != len(names) {
-		return done, fmt.Errorf("reading the sizes of %s: found %d of its %d tables", s.outboxName, len(sizes), len(names))
-	}
-	for i, name := range names {
-		z := sizes[i]
-		switch {
-		case z.dead >= threshold:
-			// SKIP_LOCKED: never queue behind an autovacuum already at
-			// work. No TRUNCATE: giving the empty end of a table back to
-			// the system takes an exclusive lock that a manual VACUUM
-			// waits for, and every claim and insert then waits behind it
-			// (autovacuum's truncation gives way instead).
-			if _, err := s.pool.Exec(ctx, `VACUUM (SKIP_LOCKED, ANALYZE, TRUNCATE false) `+name); err != nil {
-				return done, fmt.Errorf("vacuuming %s (%d dead tuples): %w", name, z.dead, err)
-			}
-			done.vacuumed = append(done.vacuumed, name)
-		case z.pages > 2*z.analyzedPages+analyzeAfterPages:
-			if _, err := s.pool.Exec(ctx, `ANALYZE (SKIP_LOCKED) `+name); err != nil {
-				return done, fmt.Errorf("analyzing %s (%d pages, %d when last analyzed): %w", name, z.pages, z.analyzedPages, err)
-			}
-			done.analyzed = append(done.analyzed, name)
-		}
-	}
-	return done, nil
 }

@@ -1,18 +1,9 @@
-package relay
+package pgstore
 
 import "github.com/jackc/pgx/v5/pgxpool"
 
-// PoolSize is the number of connections a relay with this many workers
-// (Config.Workers, after defaults) uses at once: one per claim loop, one held
-// by LISTEN, one for upkeep and vacuum, one for the admin server's and
-// metrics' reads. Give the relay a pool of its own with at least this many
-// (pgxpool's default, max(4, number of CPUs), is often fewer).
-func PoolSize(workers int) int32 { return int32(workers) + 3 }
-
 // ConfigurePool sets the session settings a relay's connections should use,
-// unless the URL already chose them. Apply it only to a pool dedicated to
-// the relay: on a pool the application shares, synchronous_commit=off would
-// make the application's own commits asynchronous too.
+// unless the URL already chose them (relay.ConfigurePool).
 //
 //   - synchronous_commit=off. A relay only writes bookkeeping (outcomes,
 //     deliveries, lanes); if PostgreSQL crashes before such a commit reaches
