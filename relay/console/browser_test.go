@@ -75,6 +75,15 @@ func TestBrowserDeadLetters(t *testing.T) {
 		t.Errorf("the rows do not show the endpoint's answer")
 	}
 	shoot(t, ctx, "dead-letters")
+	// Newest first by default; the column header turns it around.
+	firstTopic := `document.querySelector('#dead tr.dead-row td.topic').textContent`
+	if got := eval[string](t, ctx, firstTopic); got != "payments.settled" {
+		t.Errorf("first row of the default order: %s, want the newest (payments.settled)", got)
+	}
+	navigate(t, ctx, chromedp.Click(chromedp.CSS("#sort")))
+	if got := eval[string](t, ctx, firstTopic); got != "orders.created" {
+		t.Errorf("first row, oldest first: %s, want orders.created", got)
+	}
 
 	navigate(t, ctx, chromedp.SetValue(chromedp.CSS("#f-topic"), "orders.*"), chromedp.Click(chromedp.CSS("#apply")))
 	waitFor(t, ctx, `document.querySelector('#match-count') && document.querySelector('#match-count').textContent === '30'`)

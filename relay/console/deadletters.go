@@ -15,6 +15,11 @@ import (
 // pageSize is the dead letters one page shows.
 const pageSize = 50
 
+// pageCountLimit bounds the count the dead-letter page shows ("10000+"):
+// counting every match of an error-text filter reads them all. The
+// confirmation of a replay or purge counts exactly.
+const pageCountLimit = 10000
+
 // selection is a dead-letter filter as the console's forms and links carry
 // it: the list's query, and the hidden fields of the replay and purge
 // forms.
@@ -79,6 +84,14 @@ func (s selection) Query() url.Values {
 	return v
 }
 
+// OrderURL is the dead-letter page showing the selection in the given
+// order ("oldest" or "newest").
+func (s selection) OrderURL(order string) string {
+	q := s.Query()
+	q.Set("order", order)
+	return Prefix + "dead?" + q.Encode()
+}
+
 // ListURL is the dead-letter page showing the selection.
 func (s selection) ListURL() string {
 	if q := s.Query().Encode(); q != "" {
@@ -91,8 +104,12 @@ func (s selection) ListURL() string {
 type deadData struct {
 	Sel     selection
 	Sinks   []string
-	Rows    []deadletter.DeadLetter
-	Count   int64
+	Rows  []deadletter.DeadLetter
+	Count int64
+	// More says more than Count match.
+	More bool
+	// Oldest lists the oldest first; the newest come first by default.
+	Oldest  bool
 	Error   string
 	NextURL string
 	// Paged is true past the first page.
@@ -104,8 +121,9 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
 	sel := parseSelection(q)
 	sel.IDs = nil
 	data := deadData{Sel: sel, Sinks: c.sinkNames(), Rows: []deadletter.DeadLetter{}}
+	data.Oldest = q.Get("order") == "oldest"
 	f, err := sel.filter()
-	opts := deadletter.ListOpts{Limit: pageSize + 1}
+	opts := deadletter.ListOpts{Limit: pageSize + 1, Newest: !data.Oldest}
 	if v := q.Get("after_seq"); v != "" && err == nil {
 		if opts.AfterSeq, err = strconv.ParseInt(v, 10, 64); err != nil {
 			err = &deadletter.InputError{Field: "after_seq", Reason: fmt.Sprintf("%q is not a number", v)}
@@ -134,11 +152,14 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
 		data.Rows = data.Rows[:pageSize]
 		last := data.Rows[pageSize-1]
 		next := sel.Query()
+		if data.Oldest {
+			next.Set("order", "oldest")
+		}
 		next.Set("after_seq", strconv.FormatInt(last.Seq, 10))
 		next.Set("after_sink", last.Sink)
 		data.NextURL = Prefix + "dead?" + next.Encode()
 	}
-	if data.Count, err = c.deps.DeadLetters.Count(r.Context(), f); err != nil {
+	if data.Count, data.More, err = c.deps.DeadLetters.CountAtMost(r.Context(), f, pageCountLimit); err != nil {
 		c.fail(w, r, http.StatusInternalServerError, "counting dead letters", err)
 		return
 	}

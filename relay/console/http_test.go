@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -170,5 +172,41 @@ func TestLoginRedirectStaysInTheConsole(t *testing.T) {
 	}
 	if code, _ := newClient(t, e.base).get(t, "/ui/held"); code != http.StatusSeeOther {
 		t.Errorf("a page without a session: %d, want a redirect to the login", code)
+	}
+}
+
+// TestDeadLetterPages: 120 dead letters are listed 50 per page, each page
+// following the last, in either order, every dead letter once.
+func TestDeadLetterPages(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{noRelay: true})
+	e.insertDead(t, 120)
+	c := newClient(t, e.base)
+	row := regexp.MustCompile(`<a href="/ui/event/([0-9a-f-]{36})" class="mono">`)
+	next := regexp.MustCompile(`<a href="([^"]+)" id="next"`)
+	for _, first := range []string{"/ui/dead", "/ui/dead?order=oldest"} {
+		seen := map[string]bool{}
+		var sizes []int
+		for path := first; path != ""; {
+			code, body := c.get(t, path)
+			if code != http.StatusOK {
+				t.Fatalf("GET %s: %d", path, code)
+			}
+			ids := row.FindAllStringSubmatch(body, -1)
+			sizes = append(sizes, len(ids))
+			for _, m := range ids {
+				if seen[m[1]] {
+					t.Fatalf("%s: %s listed twice", first, m[1])
+				}
+				seen[m[1]] = true
+			}
+			path = ""
+			if m := next.FindStringSubmatch(body); m != nil {
+				path = html.UnescapeString(m[1])
+			}
+		}
+		if len(seen) != 120 || fmt.Sprint(sizes) != "[50 50 20]" {
+			t.Errorf("%s: %d dead letters in pages of %v, want 120 in [50 50 20]", first, len(seen), sizes)
+		}
 	}
 }
