@@ -102,8 +102,8 @@ func (s selection) ListURL() string {
 
 // deadData is the dead-letter page's.
 type deadData struct {
-	Sel     selection
-	Sinks   []string
+	Sel   selection
+	Sinks []string
 	Rows  []deadletter.DeadLetter
 	Count int64
 	// More says more than Count match.
