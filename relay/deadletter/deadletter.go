@@ -84,6 +84,7 @@ type Store struct {
 
 	listSQL, countSQL, pagePlanSQL      string
 	listNewestSQL, countAtMostSQL       string
+	countPlanSQL                        string
 	showSetupSQL, showEventSQL          string
 	showDeliveriesSQL, nowSQL           string
 	lockLanesSQL, notifySQL             string
@@ -128,6 +129,8 @@ ORDER BY d.seq DESC, d.sink DESC LIMIT $11`
 	s.pagePlanSQL = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
        set_config('jit', 'off', true)`
+	s.countPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true)`
 	// Show reads the outbox row and the deliveries of one event from one
 	// snapshot: a relay moving the event from one to the other in between
 	// would otherwise hide it.
@@ -486,13 +489,29 @@ func (s *Store) inPage(ctx context.Context, f Filter, fn func(pgx.Tx) error) err
 	})
 }
 
+// inCount runs a count in its own short transaction, planned to walk the
+// dead-letter index (reading only dead letters' rows, not the queued
+// deliveries around them) unless f selects by id.
+func (s *Store) inCount(ctx context.Context, f Filter, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if len(f.IDs) == 0 {
+			if _, err := tx.Exec(ctx, s.countPlanSQL); err != nil {
+				return err
+			}
+		}
+		return fn(tx)
+	})
+}
+
 // Count returns how many dead letters match f.
 func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
 	var n int64
-	if err := s.db.QueryRow(ctx, s.countSQL, f.args(start)...).Scan(&n); err != nil {
+	if err := s.inCount(ctx, f, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.countSQL, f.args(start)...).Scan(&n)
+	}); err != nil {
 		return 0, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
 	}
 	return n, nil
@@ -511,7 +530,9 @@ func (s *Store) CountAtMost(ctx context.Context, f Filter, limit int64) (n int64
 	if limit <= 0 {
 		return 0, false, &InputError{"limit", fmt.Sprintf("must be positive, got %d", limit)}
 	}
-	if err := s.db.QueryRow(ctx, s.countAtMostSQL, append(f.args(start), limit+1)...).Scan(&n); err != nil {
+	if err := s.inCount(ctx, f, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.countAtMostSQL, append(f.args(start), limit+1)...).Scan(&n)
+	}); err != nil {
 		return 0, false, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
 	}
 	if n > limit {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/relay/deadletter"
+	"github.com/heraldhq/herald/sinks"
 )
 
 // queueOf writes a queue of key on sink: a head (hd, ready when its state
@@ -184,5 +185,47 @@ func TestKeyQueues(t *testing.T) {
 		if err != nil || got == nil || len(got) != 0 {
 			t.Errorf("key %q: %v, %v; want an empty map", key, got, err)
 		}
+	}
+}
+
+// TestHeldKeysThroughRelay runs a real relay with two sinks under
+// stop_key_on_dead_letter: bad refuses key k1 for good, so k1's first
+// event is a dead letter stopping k1 on bad, and its later events wait
+// there behind it, while good receives them all and k2 flows on both.
+func TestHeldKeysThroughRelay(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	ctx := context.Background()
+	good := &recordingSink{name: "good"}
+	bad := &recordingSink{name: "bad", reject: func(e sinks.Event) bool { return e.Key == "k1" }}
+	tb.run(t, true, good, bad)
+	ids := tb.insert(t, "k1", "k1", "k1", "k2")
+
+	var held []deadletter.HeldKey
+	waitFor(t, "k1 held on bad with two events behind, and good to have all four", func() bool {
+		var err error
+		if held, err = tb.store.HeldKeys(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		return len(held) == 1 && held[0].Behind == 2 && len(only(good.ids(), ids)) == 4
+	})
+	if h := held[0]; h.Key != "k1" || h.Sink != "bad" || h.HeadID != ids[0] || h.HeadState != deadletter.StateDead ||
+		h.Attempts != 1 || h.LastError == "" {
+		t.Fatalf("held %+v, want k1 on bad behind its first event, dead", h)
+	}
+	qs, err := tb.store.KeyQueues(ctx, "k1", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range qs["bad"] {
+		got = append(got, d.ID+":"+d.State)
+	}
+	want := []string{ids[0] + ":dead", ids[1] + ":waiting", ids[2] + ":waiting"}
+	if len(qs) != 1 || !slices.Equal(got, want) {
+		t.Fatalf("k1's queues %v (bad: %v), want only bad: %v", qs, got, want)
+	}
+	if qs, err := tb.store.KeyQueues(ctx, "k2", 10); err != nil || len(qs) != 0 {
+		t.Fatalf("k2's queues %v, %v; want none", qs, err)
 	}
 }
