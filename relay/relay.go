@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -447,11 +448,7 @@ func (r *Relay) PausedSinks() map[string]time.Time {
 func (r *Relay) PauseErrors() map[string]error {
 	r.pausedMu.Lock()
 	defer r.pausedMu.Unlock()
-	out := make(map[string]error, len(r.pauseErr))
-	for name, err := range r.pauseErr {
-		out[name] = err
-	}
-	return out
+	return maps.Clone(r.pauseErr)
 }
 
 func (r *Relay) logEvent(it *item, sink, msg string, err error, attrs ...any) {

@@ -269,7 +269,20 @@ var funcs = template.FuncMap{
 	"at":       formatTime,
 	"sinkName": sinkName,
 	"seconds":  func(s float64) string { return formatDuration(time.Duration(s * float64(time.Second))) },
-	"rate":     func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"rate":     formatRate,
+}
+
+// formatRate shows a rate per second with the precision a low one needs:
+// one event in the last minute is 0.02/s, not 0.0.
+func formatRate(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v < 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.1f", v)
+	}
 }
 
 // sinkName shows the routing step, whose sink name is empty, by what it is.
