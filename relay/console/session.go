@@ -8,6 +8,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"path"
+	"strings"
 	"sync"
 	"time"
 )
@@ -213,7 +215,8 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 // Prefix, never another host.
 func safeNext(next string) string {
 	u, err := url.Parse(next)
-	if err != nil || next == "" || u.Scheme != "" || u.Host != "" || len(u.Path) < len(Prefix) || u.Path[:len(Prefix)] != Prefix {
+	if err != nil || next == "" || u.Scheme != "" || u.Host != "" || u.Opaque != "" ||
+		!strings.HasPrefix(path.Clean(u.Path)+"/", Prefix) || strings.Contains(u.Path, "..") {
 		return Prefix
 	}
 	return u.RequestURI()
