@@ -182,7 +182,7 @@ func TestDeadLetterPages(t *testing.T) {
 	e := setup(t, envOpts{noRelay: true})
 	e.insertDead(t, 120)
 	c := newClient(t, e.base)
-	row := regexp.MustCompile(`<a href="/ui/event/([0-9a-f-]{36})" class="mono">`)
+	row := regexp.MustCompile(`<a href="/ui/event/([0-9a-f-]{36})" class="mono" title=`)
 	next := regexp.MustCompile(`<a href="([^"]+)" id="next"`)
 	for _, first := range []string{"/ui/dead", "/ui/dead?order=oldest"} {
 		seen := map[string]bool{}
