@@ -206,7 +206,6 @@ type page struct {
 	ReadOnly  bool
 	SignedIn  bool
 	WithToken bool
-	Query     string
 	Data      any
 }
 
