@@ -45,13 +45,11 @@ func parseSelection(v url.Values) selection {
 }
 
 // filter turns the selection into the store's filter; a field that does
-// not parse is a *deadletter.InputError naming it. The routing step's
-// sink, shown as "(routing)", is selected by that name.
+// not parse is a *deadletter.InputError naming it. (The routing step's
+// dead letters cannot be selected alone: an empty sink selects every
+// sink.)
 func (s selection) filter() (deadletter.Filter, error) {
 	f := deadletter.Filter{IDs: s.IDs, Topic: s.Topic, Key: s.Key, Sink: s.Sink, Error: s.Error}
-	if f.Sink == sinkName(deadletter.RoutingStep) {
-		f.Sink = deadletter.RoutingStep
-	}
 	for _, t := range []struct {
 		name string
 		text string

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldhq/herald/relay/deadletter"
 )
@@ -208,5 +209,38 @@ func TestDeadLetterPages(t *testing.T) {
 		if len(seen) != 120 || fmt.Sprint(sizes) != "[50 50 20]" {
 			t.Errorf("%s: %d dead letters in pages of %v, want 120 in [50 50 20]", first, len(seen), sizes)
 		}
+	}
+}
+
+// TestDeadLetterFilters: each filter field of the dead-letter page narrows
+// the count, times typed as the browser's datetime-local input sends them
+// (UTC); a time that does not parse is a 400 naming the field.
+func TestDeadLetterFilters(t *testing.T) {
+	t.Parallel()
+	e := setup(t, envOpts{noRelay: true})
+	e.insertDead(t, 20)
+	c := newClient(t, e.base)
+	count := regexp.MustCompile(`<strong id="match-count">([^<]*)</strong>`)
+	future := time.Now().UTC().Add(time.Hour).Format("2006-01-02T15:04")
+	for query, want := range map[string]string{
+		"":                            "20",
+		"?since=" + future:            "0",
+		"?until=" + future:            "20",
+		"?until=2020-01-01T00:00:00":  "0",
+		"?error=EVENT+1":              "11", // event 1, 10 to 19
+		"?key=k-3":                    "1",
+		"?topic=orders.1":             "2",
+		"?topic=orders.*&sink=hook":   "20",
+		"?sink=(routing)":             "0",
+		"?topic=orders.1&error=ent+1": "2",
+	} {
+		code, body := c.get(t, "/ui/dead"+query)
+		m := count.FindStringSubmatch(body)
+		if code != http.StatusOK || m == nil || m[1] != want {
+			t.Errorf("/ui/dead%s: %d, count %v, want %s", query, code, m, want)
+		}
+	}
+	if code, body := c.get(t, "/ui/dead?since=yesterday"); code != http.StatusBadRequest || !strings.Contains(body, "since: &#34;yesterday&#34; is not a time") {
+		t.Errorf("a bad time: %d:\n%s", code, body)
 	}
 }
