@@ -1,7 +1,8 @@
 // Package console is Herald's web console: server-rendered pages for
-// operators, served by the admin server under /ui/ (relay/admin mounts it
-// as Deps.Console; an embedding service may mount it on its own mux under
-// /ui/).
+// operators, served by the admin server under /ui/. relay/admin mounts it
+// (admin.Deps.Console) behind the Host and Origin checks of its JSON API;
+// an embedding service should mount it the same way, through the admin
+// server's Handler, rather than on a mux of its own without those checks.
 //
 //	GET  /ui/                  overview: relays and their lanes, each sink's
 //	                           state, rates, queue and throughput chart
