@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,8 +51,14 @@ func TestPausedSinks(t *testing.T) {
 	if again := r.PausedSinks()["flaky"]; !again.Equal(since) {
 		t.Fatalf("paused since moved from %v to %v", since, again)
 	}
+	if err := r.PauseErrors()["flaky"]; err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("PauseErrors()[flaky] = %v, want the sink's error", err)
+	}
 	down.Store(false)
 	waitFor(t, 10*time.Second, "the sink to resume", func() bool { return len(r.PausedSinks()) == 0 })
+	if errs := r.PauseErrors(); len(errs) != 0 {
+		t.Fatalf("PauseErrors() after resuming = %v, want none", errs)
+	}
 }
 
 // countingObserver counts SinkPublish calls and the events they carried.

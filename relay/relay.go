@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -46,7 +47,9 @@ type Relay struct {
 	// RecordFailure, and supersededSince, read by Superseded.
 	pausedMu    sync.Mutex
 	pausedSince map[string]time.Time
-	recordErrs  map[*worker]recordFailure
+	// pauseErr is each paused sink's latest error, under pausedMu.
+	pauseErr   map[string]error
+	recordErrs map[*worker]recordFailure
 	// supersededSince holds, per worker, since when its lane refreshes
 	// have found a newer configuration live.
 	supersededSince map[*worker]time.Time
@@ -97,6 +100,7 @@ func newRelay(st store.Store, cfg Config) *Relay {
 		sinkStates:      map[string]*sinkState{},
 		checks:          map[string]SinkCheck{},
 		pausedSince:     map[string]time.Time{},
+		pauseErr:        map[string]error{},
 		recordErrs:      map[*worker]recordFailure{},
 		supersededSince: map[*worker]time.Time{},
 		config:          configFingerprint(cfg.Routes),
@@ -305,10 +309,13 @@ func (r *Relay) pause(s *sinkState, err error) {
 	s.mu.Unlock()
 	if failures == 1 {
 		r.cfg.Observer.SinkPaused(s.name, true)
-		r.pausedMu.Lock()
-		r.pausedSince[s.name] = time.Now()
-		r.pausedMu.Unlock()
 	}
+	r.pausedMu.Lock()
+	if failures == 1 {
+		r.pausedSince[s.name] = time.Now()
+	}
+	r.pauseErr[s.name] = err
+	r.pausedMu.Unlock()
 	r.log.Warn("relay: sink is down, pausing it; its events wait without spending attempts",
 		"sink", s.name, "until", until, "consecutive_failures", failures, "error", err)
 }
@@ -325,6 +332,7 @@ func (r *Relay) resume(s *sinkState) {
 	r.cfg.Observer.SinkPaused(s.name, false)
 	r.pausedMu.Lock()
 	delete(r.pausedSince, s.name)
+	delete(r.pauseErr, s.name)
 	r.pausedMu.Unlock()
 }
 
@@ -425,6 +433,15 @@ func (r *Relay) PausedSinks() map[string]time.Time {
 		out[name] = since
 	}
 	return out
+}
+
+// PauseErrors returns, for each sink paused because it is down, the error
+// of its latest failed publish or probe. It is safe to call from any
+// goroutine.
+func (r *Relay) PauseErrors() map[string]error {
+	r.pausedMu.Lock()
+	defer r.pausedMu.Unlock()
+	return maps.Clone(r.pauseErr)
 }
 
 func (r *Relay) logEvent(it *item, sink, msg string, err error, attrs ...any) {

@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	neturl "net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -158,6 +160,38 @@ routes: [{topics: ["*"], sinks: [hook]}]
 	outputs = append(outputs, body)
 	if code != 200 || !strings.Contains(body, "422") {
 		t.Fatalf("GET /dlq/{id}: %d %s", code, body)
+	}
+
+	// The console: the login form first, then, signed in with the token,
+	// the overview of the configured sink and the dead letters.
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := browser.Get(base + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/ui/login") {
+		t.Fatalf("GET /ui/ without a session: %d to %q, want the login form", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if resp, err = browser.PostForm(base+"/ui/login", neturl.Values{"token": {adminToken}, "next": {"/ui/dead"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for path, want := range map[string]string{"/ui/": `id="sink-hook"`, "/ui/dead?topic=orders.*": `<strong id="match-count">2</strong>`} {
+		resp, err := browser.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		outputs = append(outputs, string(b))
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+			t.Fatalf("GET %s signed in: %d, want %s in:\n%s", path, resp.StatusCode, want, b)
+		}
 	}
 
 	st := runRelay(t, env, "status", "--config", cfg)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/admin"
+	"github.com/heraldhq/herald/relay/console"
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/metrics"
 	"github.com/heraldhq/herald/relay/throughput"
@@ -95,6 +97,23 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 	if err != nil {
 		return nil, ops.shutdownTracer(ctx, err)
 	}
+	ops.throughput = throughput.New(throughputWindow, throughputStep)
+	var ui http.Handler
+	if s.file.Admin.ConsoleEnabled() {
+		ui, err = console.New(console.Config{Token: s.file.Admin.Token, ReadOnly: s.file.Admin.ConsoleReadOnly}, console.Deps{
+			DeadLetters: store,
+			Sinks:       s.file.SinkNames(),
+			Routes:      s.file.RouteSinks,
+			PausedSinks: ops.pausedSinks,
+			PauseErrors: ops.pauseErrors,
+			SinkErrors:  ops.sinkErrors,
+			Throughput:  ops.throughput,
+			Logger:      s.logger,
+		})
+		if err != nil {
+			return nil, ops.shutdownTracer(ctx, err)
+		}
+	}
 	server, err := admin.New(s.file.Admin.Config(), admin.Deps{
 		DB:            pool,
 		PausedSinks:   ops.pausedSinks,
@@ -103,6 +122,7 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 		Superseded:    ops.superseded,
 		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		DeadLetters:   store,
+		Console:       ui,
 		Logger:        s.logger,
 	})
 	if err != nil {
@@ -113,7 +133,6 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 		return nil, ops.shutdownTracer(ctx, err)
 	}
 	ops.metrics, ops.store, ops.server, ops.ln = m, store, server, ln
-	ops.throughput = throughput.New(throughputWindow, throughputStep)
 	cfg.Observer = relay.Observers(m, ops.throughput)
 	return ops, nil
 }
@@ -142,6 +161,18 @@ func (o *operations) pausedSinks() map[string]time.Time {
 		return nil
 	}
 	return r.PausedSinks()
+}
+
+// pauseErrors reports why the relay's paused sinks are down, once it
+// exists.
+func (o *operations) pauseErrors() map[string]error {
+	o.mu.Lock()
+	r := o.relay
+	o.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.PauseErrors()
 }
 
 // recordFailure reports the relay's record failure once it exists.

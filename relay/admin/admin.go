@@ -13,6 +13,8 @@
 //	POST /dlq/replay       replay dead letters (JSON body, see Selection;
 //	                       answer, see OperationResult)
 //	POST /dlq/purge        delete dead letters (same)
+//	/ui/                   the web console (Deps.Console, relay/console),
+//	                       when given
 //
 // The /dlq endpoints require "Authorization: Bearer <token>" when a token is
 // configured, compared in constant time. A token is required whenever the
@@ -34,7 +36,11 @@
 // a page can send text/plain across origins without a preflight, never
 // application/json. A POST body that repeats a key in one object (compared
 // as encoding/json matches fields, ignoring case) is refused with 400 naming
-// the key, rather than letting the last one silently win. GET /dlq and GET
+// the key, rather than letting the last one silently win.
+//
+// The console under /ui/ gets the same Host and Origin checks; it signs its
+// users in with the token itself (a session cookie, CSRF tokens on its
+// forms), so it is not asked for the bearer header. GET /dlq and GET
 // /dlq/{id} answer 405 to other methods, and /dlq/replay and /dlq/purge to
 // anything but POST, with an Allow header.
 package admin
@@ -155,6 +161,9 @@ type Deps struct {
 	// (sinks.Checker): nil for one that answered, else why it did not.
 	// Nil means no sink is checked.
 	SinkErrors func() map[string]error
+	// Console serves the web console under /ui/ (relay/console). Nil
+	// leaves /ui/ out.
+	Console http.Handler
 	// Metrics serves /metrics. Nil leaves /metrics out.
 	Metrics http.Handler
 	// DeadLetters serves the /dlq endpoints.
@@ -195,6 +204,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.Handle("/dlq/{id}", s.authorized(allow(s.dlqShow, http.MethodGet, http.MethodHead)))
 	s.mux.Handle("/dlq/replay", s.authorized(allow(s.changing(s.dlqReplay), http.MethodPost)))
 	s.mux.Handle("/dlq/purge", s.authorized(allow(s.changing(s.dlqPurge), http.MethodPost)))
+	if deps.Console != nil {
+		s.mux.Handle("/ui/", s.browserGuard(deps.Console))
+	}
 	return s, nil
 }
 
@@ -328,10 +340,7 @@ func (s *Server) authorized(h http.HandlerFunc) http.Handler {
 	want := []byte(s.cfg.Token.Reveal())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(want) == 0 {
-			if !loopbackHost(r.Host) {
-				s.log.WarnContext(r.Context(), "admin: request refused: Host is not a loopback name", "host", clip(r.Host), "remote", r.RemoteAddr)
-				writeError(w, http.StatusForbidden, fmt.Sprintf("Host %q is not a loopback name: without admin.token the API only answers "+
-					"requests addressed to localhost, 127.0.0.1 or [::1] (this refuses DNS rebinding)", clip(r.Host)))
+			if !s.hostAllowed(w, r) {
 				return
 			}
 		} else {
@@ -344,6 +353,35 @@ func (s *Server) authorized(h http.HandlerFunc) http.Handler {
 		}
 		h(w, r)
 	})
+}
+
+// browserGuard serves the console with the checks the API makes against
+// pages in the operator's browser: a loopback Host when no token is
+// configured, and this server's Origin on anything but GET and HEAD. The
+// console asks for the token itself.
+func (s *Server) browserGuard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Token == "" && !s.hostAllowed(w, r) {
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !s.sameOrigin(w, r) {
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// hostAllowed refuses with 403, and reports false, a request whose Host is
+// not a loopback name: without a token, that is what stops a page on a
+// domain rebound to 127.0.0.1.
+func (s *Server) hostAllowed(w http.ResponseWriter, r *http.Request) bool {
+	if loopbackHost(r.Host) {
+		return true
+	}
+	s.log.WarnContext(r.Context(), "admin: request refused: Host is not a loopback name", "host", clip(r.Host), "remote", r.RemoteAddr)
+	writeError(w, http.StatusForbidden, fmt.Sprintf("Host %q is not a loopback name: without admin.token the API only answers "+
+		"requests addressed to localhost, 127.0.0.1 or [::1] (this refuses DNS rebinding)", clip(r.Host)))
+	return false
 }
 
 // loopbackHost reports whether a Host header names this machine: localhost
@@ -381,12 +419,8 @@ func allow(h http.HandlerFunc, methods ...string) http.HandlerFunc {
 // across origins without a preflight this server never answers.
 func (s *Server) changing(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		for _, o := range r.Header.Values("Origin") {
-			if !strings.EqualFold(o, "http://"+r.Host) && !strings.EqualFold(o, "https://"+r.Host) {
-				s.log.WarnContext(r.Context(), "admin: request refused: cross-origin", "origin", clip(o), "host", clip(r.Host), "remote", r.RemoteAddr)
-				writeError(w, http.StatusForbidden, fmt.Sprintf("Origin %q is not this server's (http://%s): cross-origin requests are refused", clip(o), clip(r.Host)))
-				return
-			}
+		if !s.sameOrigin(w, r) {
+			return
 		}
 		ct := r.Header.Get("Content-Type")
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
@@ -396,6 +430,20 @@ func (s *Server) changing(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// sameOrigin refuses with 403, and reports false, a request whose Origin
+// header is present and is not this server's (http:// or https:// and the
+// request's Host).
+func (s *Server) sameOrigin(w http.ResponseWriter, r *http.Request) bool {
+	for _, o := range r.Header.Values("Origin") {
+		if !strings.EqualFold(o, "http://"+r.Host) && !strings.EqualFold(o, "https://"+r.Host) {
+			s.log.WarnContext(r.Context(), "admin: request refused: cross-origin", "origin", clip(o), "host", clip(r.Host), "remote", r.RemoteAddr)
+			writeError(w, http.StatusForbidden, fmt.Sprintf("Origin %q is not this server's (http://%s): cross-origin requests are refused", clip(o), clip(r.Host)))
+			return false
+		}
+	}
+	return true
 }
 
 // maxShown bounds a request header quoted in a log or an error: the

@@ -32,7 +32,8 @@ GROUP BY sink, topic`
 	// newest configuration: only those claim.
 	s.statusRelaysSQL = `WITH live AS (SELECT * FROM ` + s.tables.Relays() + ` WHERE heartbeat_until > now())
 SELECT owner, started_at, config, config_since, paused_sinks,
-       config = (SELECT config FROM live ORDER BY config_since DESC, config LIMIT 1)
+       config = (SELECT config FROM live ORDER BY config_since DESC, config LIMIT 1),
+       ARRAY(SELECT lane FROM ` + s.tables.Lanes() + ` l WHERE l.owner = live.owner AND l.lease_until > now() ORDER BY lane)
 FROM live ORDER BY owner`
 	s.statusPublishedSQL = `SELECT sink, topic, sum(published * CASE
            WHEN minute >= date_trunc('minute', now()) THEN 1
@@ -122,6 +123,9 @@ type RelayStatus struct {
 	Claiming bool `json:"claiming"`
 	// PausedSinks are the sinks it holds paused because they are down.
 	PausedSinks []string `json:"paused_sinks"`
+	// Lanes are the lanes its claim loops hold (leases not expired), in
+	// order.
+	Lanes []int16 `json:"lanes"`
 }
 
 // RouteFunc returns the sinks the route of a topic sends to (none when no
@@ -292,9 +296,10 @@ func (s *Store) relays(ctx context.Context) ([]RelayStatus, error) {
 		since         pgtype.Timestamptz // -infinity: announced by a relay from before the column
 		paused        []string
 		claiming      bool
+		lanes         []int16
 	)
 	for rows.Next() {
-		if err := rows.Scan(&owner, &started, &config, &since, &paused, &claiming); err != nil {
+		if err := rows.Scan(&owner, &started, &config, &since, &paused, &claiming, &lanes); err != nil {
 			return nil, err
 		}
 		name := workerSuffix.ReplaceAllString(owner, "")
@@ -302,7 +307,7 @@ func (s *Store) relays(ctx context.Context) ([]RelayStatus, error) {
 		if !ok {
 			i = len(out)
 			byName[name] = i
-			out = append(out, RelayStatus{Relay: name, StartedAt: started, Config: config, Claiming: claiming, PausedSinks: []string{}})
+			out = append(out, RelayStatus{Relay: name, StartedAt: started, Config: config, Claiming: claiming, PausedSinks: []string{}, Lanes: []int16{}})
 			if since.InfinityModifier == pgtype.Finite {
 				out[i].ConfigSince = since.Time
 			}
@@ -313,6 +318,8 @@ func (s *Store) relays(ctx context.Context) ([]RelayStatus, error) {
 			r.StartedAt = started
 		}
 		r.Claiming = r.Claiming && claiming
+		r.Lanes = append(r.Lanes, lanes...)
+		slices.Sort(r.Lanes)
 		for _, p := range paused {
 			if !slices.Contains(r.PausedSinks, p) {
 				r.PausedSinks = append(r.PausedSinks, p)

@@ -11,7 +11,7 @@ import (
 )
 
 // Admin is the admin section: the HTTP server of relay run that serves
-// /healthz, /readyz, /metrics and the dead-letter API.
+// /healthz, /readyz, /metrics, the dead-letter API and the console.
 type Admin struct {
 	// Listen is the host:port to listen on; "" disables the server.
 	// Defaults to 127.0.0.1:9090.
@@ -22,7 +22,16 @@ type Admin struct {
 	// ReadyPauseThreshold is how long a sink may stay paused (down) before
 	// /readyz fails. Defaults to 1m.
 	ReadyPauseThreshold time.Duration `yaml:"ready_pause_threshold"`
+	// Console serves the web console (relay/console) at /ui/ on the admin
+	// server. Defaults to true.
+	Console *bool `yaml:"console"`
+	// ConsoleReadOnly hides the console's replay and purge buttons and
+	// refuses them. Defaults to false.
+	ConsoleReadOnly bool `yaml:"console_read_only"`
 }
+
+// ConsoleEnabled reports whether the admin server serves the console.
+func (a Admin) ConsoleEnabled() bool { return a.Enabled() && (a.Console == nil || *a.Console) }
 
 // Enabled reports whether the admin server should run.
 func (a Admin) Enabled() bool { return a.Listen == nil || *a.Listen != "" }
@@ -37,6 +46,9 @@ func (a Admin) Config() admin.Config {
 }
 
 func (a Admin) validate() error {
+	if a.ConsoleReadOnly && !a.ConsoleEnabled() {
+		return errors.New("admin.console_read_only: set, but the console is off (admin.console: false or no admin.listen): remove one of them")
+	}
 	if !a.Enabled() {
 		return nil
 	}

@@ -65,6 +65,39 @@ func TestAdminSection(t *testing.T) {
 	}
 }
 
+// TestConsoleKeys: the console is on by default, off with console: false
+// or without the admin server; read-only is off by default, and asking for
+// it with the console off is an error naming the key.
+func TestConsoleKeys(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		text              string
+		enabled, readOnly bool
+	}{
+		{"", true, false},
+		{`admin: {console: true, console_read_only: true}`, true, true},
+		{`admin: {console: false}`, false, false},
+		{`admin: {listen: ""}`, false, false},
+	} {
+		f, err := relayconfig.Parse("t.yaml", []byte(opsBase+tc.text), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.text, err)
+		}
+		if f.Admin.ConsoleEnabled() != tc.enabled || f.Admin.ConsoleReadOnly != tc.readOnly {
+			t.Errorf("%q: console %v, read-only %v; want %v, %v", tc.text, f.Admin.ConsoleEnabled(), f.Admin.ConsoleReadOnly, tc.enabled, tc.readOnly)
+		}
+	}
+	for _, bad := range []struct{ text, want string }{
+		{`admin: {console: false, console_read_only: true}`, "admin.console_read_only: set, but the console is off"},
+		{`admin: {listen: "", console_read_only: true}`, "admin.console_read_only: set, but the console is off"},
+		{`admin: {console: maybe}`, "admin.console"},
+	} {
+		if _, err := relayconfig.Parse("t.yaml", []byte(opsBase+bad.text), nil); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: got %v, want %q", bad.text, err, bad.want)
+		}
+	}
+}
+
 func TestTracingSection(t *testing.T) {
 	t.Parallel()
 	f, err := relayconfig.Parse("t.yaml", []byte(opsBase), nil)
