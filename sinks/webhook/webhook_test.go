@@ -544,10 +544,13 @@ func TestRetryAfter(t *testing.T) {
 		code         int
 		min, max     time.Duration // want a sinks.RetryAfter mark with a delay in [min, max]
 		none         bool          // want no sinks.RetryAfter mark
+		date         bool          // header: an HTTP date 30 s after the response
 	}{
 		{name: "seconds", code: 503, header: "7", min: 7 * time.Second, max: 7 * time.Second},
 		{name: "zero", code: 429, header: "0", min: 0, max: 0},
-		{name: "date", code: 429, header: time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat), min: 25 * time.Second, max: 30 * time.Second}, // HTTP dates have whole seconds,
+		// An HTTP date 30 s after the response; the delay is checked against
+		// the times around the publish, however long it took.
+		{name: "date", code: 429, date: true},
 		{name: "past date", code: 503, header: "Mon, 02 Jan 2006 15:04:05 GMT", min: 0, max: 0},
 		{name: "garbage", code: 503, header: "soon", none: true},
 		{name: "negative", code: 503, header: "-5", none: true},
@@ -556,12 +559,27 @@ func TestRetryAfter(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			var sentDate atomic.Value // time.Time: the date the receiver sent
 			rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
-				w.Header().Set("Retry-After", c.header)
+				header := c.header
+				if c.date {
+					at := time.Now().Add(30 * time.Second).UTC().Truncate(time.Second)
+					sentDate.Store(at)
+					header = at.Format(http.TimeFormat)
+				}
+				w.Header().Set("Retry-After", header)
 				w.WriteHeader(c.code)
 			})
 			s := newSink(t, Config{URL: rc.srv.URL})
+			before := time.Now()
 			err := publish(t, s, sinktest.Event("d", "k", []byte(`{}`)))[0]
+			after := time.Now()
+			if c.date {
+				// The sink measured the delay from some instant in
+				// [before, after] to the date it was sent.
+				at := sentDate.Load().(time.Time)
+				c.min, c.max = at.Sub(after), at.Sub(before)
+			}
 			if err == nil {
 				t.Fatal("want an error")
 			}
