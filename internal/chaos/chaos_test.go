@@ -109,6 +109,9 @@ func runChaos(t *testing.T, sched schedule, kinds []string) {
 	for i := range configs {
 		e.relays.start(i)
 	}
+	for i := range configs {
+		e.relays.waitStarted(i)
+	}
 
 	db := e.pg.pool(t, "chaos_check")
 	prod := newProducer(t, e.pg.pool(t, producerAppName), seed, keyCount)
@@ -172,6 +175,7 @@ func (e *env) inject(kind string) {
 		e.relays.kill(i)
 		time.Sleep(time.Duration(e.rng.IntN(1000)) * time.Millisecond)
 		e.relays.start(i)
+		e.relays.waitStarted(i)
 	case faultTerm:
 		i := e.rng.IntN(relayCount)
 		if err := e.relays.terminate(i); err != nil {
@@ -179,6 +183,7 @@ func (e *env) inject(kind string) {
 		}
 		time.Sleep(time.Duration(e.rng.IntN(500)) * time.Millisecond)
 		e.relays.start(i)
+		e.relays.waitStarted(i)
 	case faultDBTerm:
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

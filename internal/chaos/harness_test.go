@@ -231,6 +231,31 @@ func (f *fleet) start(i int) {
 	f.mu.Unlock()
 }
 
+// waitStarted waits until relay i, just started, logs that it runs, or
+// exits. A relay that cannot reach its database while it starts exits
+// (a supervisor restarts it); the faults are meant for running relays, so
+// none is injected while one starts.
+func (f *fleet) waitStarted(i int) {
+	f.t.Helper()
+	p := f.proc(i)
+	marker := fmt.Sprintf("=== chaos: starting relay %d at ", i)
+	for {
+		data, err := os.ReadFile(f.logs[i])
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		text := string(data)
+		if last := strings.LastIndex(text, marker); last >= 0 && strings.Contains(text[last:], `"relay: started"`) {
+			return
+		}
+		select {
+		case <-p.done:
+			f.t.Fatalf("relay %d exited with %d while starting:\n%s", i, p.code, f.tail(i, 40))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // kill sends SIGKILL to relay i and waits for it to die.
 func (f *fleet) kill(i int) {
 	p := f.proc(i)

@@ -14,7 +14,9 @@ import (
 
 func (s *Store) initStatus() {
 	o, dl, st := s.tables.Outbox(), s.tables.Deliveries(), s.tables.Stats()
-	s.statusPendingSQL = `SELECT topic, count(*), min(created_at) FILTER (WHERE isfinite(created_at)), now()
+	// The oldest pending event is the oldest due one: an event written
+	// with a delay is not late before its time.
+	s.statusPendingSQL = `SELECT topic, count(*), min(created_at) FILTER (WHERE isfinite(created_at) AND available_at <= now()), now()
 FROM ` + o + ` WHERE status = 'pending'
 GROUP BY topic`
 	// The queues per sink and topic: deliveries waiting (ready or waiting)
@@ -42,7 +44,7 @@ FROM ` + st + `
 WHERE minute >= date_trunc('minute', now()) - interval '1 minute'
 GROUP BY sink, topic`
 	s.backlogSQL = `SELECT (SELECT count(*) FROM ` + o + ` WHERE status = 'pending'),
-       (SELECT min(created_at) FROM ` + o + ` WHERE status = 'pending' AND isfinite(created_at)),
+       (SELECT min(created_at) FROM ` + o + ` WHERE status = 'pending' AND isfinite(created_at) AND available_at <= now()),
        (SELECT count(*) FROM ` + dl + ` WHERE state <> 'dead'),
        (SELECT min(created_at) FROM ` + dl + ` WHERE state <> 'dead' AND isfinite(created_at)),
        (SELECT count(*) FROM ` + dl + ` WHERE state = 'dead'),
@@ -65,7 +67,8 @@ type Backlog struct {
 	// Dead counts dead letters, waiting for an operator (relay dlq).
 	Dead int64 `json:"dead"`
 	// OldestPendingAgeSeconds is the age (since created_at) of the oldest
-	// pending event, in seconds; zero when there is none.
+	// pending event that is due (not written with a delay still running),
+	// in seconds; zero when there is none.
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	// OldestQueuedAgeSeconds is the age (since its event's created_at) of
 	// the oldest queued delivery, in seconds; zero when there is none.

@@ -19,6 +19,9 @@ func TestStatus(t *testing.T) {
 	tb.exec(t, `INSERT INTO `+o+` (topic, created_at) VALUES
   ('orders', now() - interval '10 minutes'), ('orders', now() - interval '1 minute'), ('users', now() - interval '5 minutes')`)
 	tb.exec(t, `INSERT INTO `+o+` (topic, status, finished_at) VALUES ('orders', 'done', now())`)
+	// A users event written two hours ago for delivery in an hour is
+	// pending but not due: it is not the oldest.
+	tb.exec(t, `INSERT INTO `+o+` (topic, created_at, available_at) VALUES ('users', now() - interval '2 hours', now() + interval '1 hour')`)
 	// The queues: two orders wait on hook (the head 20 minutes old), a
 	// users event is dead on kafka, an orders event died at the routing
 	// step.
@@ -38,7 +41,7 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tot := st.Total; tot.Pending != 3 || tot.Queued != 2 || tot.Dead != 2 || tot.PublishedLastMinute != 9 {
+	if tot := st.Total; tot.Pending != 4 || tot.Queued != 2 || tot.Dead != 2 || tot.PublishedLastMinute != 9 {
 		t.Fatalf("total = %+v", tot)
 	}
 	if a := st.Total.OldestPendingAgeSeconds; a < 599 || a > 660 {
@@ -54,8 +57,8 @@ func TestStatus(t *testing.T) {
 		ord.OldestPendingAgeSeconds < 599 || ord.OldestQueuedAgeSeconds < 1199 {
 		t.Fatalf("orders = %+v", ord)
 	}
-	if us := st.Topics[1]; us.Pending != 1 || us.Queued != 0 || us.Dead != 1 || us.PublishedLastMinute != 2 ||
-		us.OldestPendingAgeSeconds < 299 || us.OldestQueuedAgeSeconds != 0 {
+	if us := st.Topics[1]; us.Pending != 2 || us.Queued != 0 || us.Dead != 1 || us.PublishedLastMinute != 2 ||
+		us.OldestPendingAgeSeconds < 299 || us.OldestPendingAgeSeconds > 360 || us.OldestQueuedAgeSeconds != 0 {
 		t.Fatalf("users = %+v", us)
 	}
 	sinksByName := func(st *deadletter.Status) map[string]deadletter.SinkStatus {
@@ -94,7 +97,7 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	byName = sinksByName(st)
-	if h := byName["hook"]; h.Pending != 3 || h.Queued != 2 || h.Dead != 0 || h.OldestPendingAgeSeconds < 599 {
+	if h := byName["hook"]; h.Pending != 4 || h.Queued != 2 || h.Dead != 0 || h.OldestPendingAgeSeconds < 599 {
 		t.Fatalf("hook from routes = %+v", h)
 	}
 	if k := byName["kafka"]; k.Pending != 2 || k.Dead != 1 {
@@ -102,12 +105,13 @@ func TestStatus(t *testing.T) {
 	}
 	b, _ := json.Marshal(st)
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil || m["total"].(map[string]any)["pending"] != 3.0 || m["total"].(map[string]any)["queued"] != 2.0 {
+	if err := json.Unmarshal(b, &m); err != nil || m["total"].(map[string]any)["pending"] != 4.0 || m["total"].(map[string]any)["queued"] != 2.0 {
 		t.Fatalf("JSON: %s", b)
 	}
 
 	totals, err := tb.store.Totals(ctx)
-	if err != nil || totals.Pending != 3 || totals.Queued != 2 || totals.Dead != 2 || totals.Undelivered() != 5 ||
+	// The delayed event, two hours old, is not the oldest: the queued head is.
+	if err != nil || totals.Pending != 4 || totals.Queued != 2 || totals.Dead != 2 || totals.Undelivered() != 6 ||
 		totals.OldestAge < 1199*time.Second || totals.OldestAge > 1260*time.Second {
 		t.Fatalf("Totals = %+v, %v", totals, err)
 	}

@@ -109,7 +109,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_backlog_oldest_pending_age_seconds",
-			Help: "Age of the oldest event pending in the outbox or queued for a sink, 0 when none (refreshed periodically).",
+			Help: "Age of the oldest due event pending in the outbox or queued for a sink (events written with a delay count once due), 0 when none (refreshed periodically).",
 		}),
 		backlogErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_backlog_refresh_errors_total",
