@@ -55,18 +55,26 @@ type fanoutSink struct {
 	entry       string // YAML flow mapping without the name
 	destination string // "" for the event's topic
 	read        func(t *testing.T) []arrival
+	// oneKey: the sink receives only the events of sampledKey (moto, the
+	// SQS and SNS peer, takes about a second per FIFO message on a loaded
+	// machine: all the events would take minutes).
+	oneKey bool
 }
 
-// TestFanOutToAllSinksWithMosquittoRestart runs the built relay with one
-// route sending fanout.paid to every sink type at once, each with a real
-// peer: kfake, the local NATS JetStream, an HTTP receiver, an SMTP server,
-// the local Redis and RabbitMQ, a private Mosquitto, an in-process pstest
+// sampledKey is the key whose events every sink receives, oneKey ones too.
+const sampledKey = "order-00"
+
+// TestFanOutToAllSinksWithMosquittoRestart runs the built relay with
+// fanout.paid routed to every sink type at once, each with a real peer:
+// kfake, the local NATS JetStream, an HTTP receiver, an SMTP server, the
+// local Redis and RabbitMQ, a private Mosquitto, an in-process pstest
 // Pub/Sub server, and a moto server for SQS and SNS (FIFO queue and topic,
-// so that a key's order holds). Mosquitto is
-// stopped after some events reached its subscriber; the relay must pause
-// the MQTT sink (herald_sink_paused) while more events are committed, then
-// drain once Mosquitto is back on the same port. Every consumer must have
-// read every event, after dedupe by event id, each key's events in the
+// so that a key's order holds; they receive one key's events, through a
+// first route with a where filter). Mosquitto is stopped after some events
+// reached its subscriber; the relay must pause the MQTT sink
+// (herald_sink_paused) while more events are committed, then drain once
+// Mosquitto is back on the same port. Every consumer must have read every
+// event routed to it, after dedupe by event id, each key's events in the
 // order they were committed.
 func TestFanOutToAllSinksWithMosquittoRestart(t *testing.T) {
 	t.Parallel()
@@ -75,13 +83,16 @@ func TestFanOutToAllSinksWithMosquittoRestart(t *testing.T) {
 	tables := pgtest.Schema(t, pool)
 	cases, broker := allSinks(t)
 
-	var sinkLines, targets []string
+	var sinkLines, targets, allKeysTargets []string
 	for _, c := range cases {
 		sinkLines = append(sinkLines, fmt.Sprintf("  - {name: %s, %s}", c.name, c.entry))
-		if c.destination == "" {
-			targets = append(targets, c.name)
-		} else {
-			targets = append(targets, fmt.Sprintf("{name: %s, destination: %q}", c.name, c.destination))
+		target := c.name
+		if c.destination != "" {
+			target = fmt.Sprintf("{name: %s, destination: %q}", c.name, c.destination)
+		}
+		targets = append(targets, target)
+		if !c.oneKey {
+			allKeysTargets = append(allKeysTargets, target)
 		}
 	}
 	config := writeConfig(t, fmt.Sprintf(`
@@ -93,8 +104,11 @@ sinks:
 %s
 routes:
   - topics: ["fanout.*"]
+    where: 'key == "%s"'
     sinks: [%s]
-`, dbURL, tables.Schema, strings.Join(sinkLines, "\n"), strings.Join(targets, ", ")))
+  - topics: ["fanout.*"]
+    sinks: [%s]
+`, dbURL, tables.Schema, strings.Join(sinkLines, "\n"), sampledKey, strings.Join(targets, ", "), strings.Join(allKeysTargets, ", ")))
 
 	if r := runRelay(t, nil, "migrate", "up", "--database-url", dbURL, "--schema", tables.Schema); r.code != 0 {
 		t.Fatalf("migrate:\n%s", r)
@@ -144,8 +158,15 @@ routes:
 	waitMetric(t, p, base, `herald_sink_paused{sink="mqtt"} 1`)
 	broker.start(t)
 
+	// wantCount is how many distinct events c must read.
+	wantCount := func(c fanoutSink) int {
+		if c.oneKey {
+			return len(want[sampledKey])
+		}
+		return total
+	}
 	for _, c := range cases {
-		waitArrivals(t, p, c.name, total, func() int { return len(dedupe(c.read(t))) })
+		waitArrivals(t, p, c.name, wantCount(c), func() int { return len(dedupe(c.read(t))) })
 		t.Logf("%s: every event read, %s after the relay started", c.name, time.Since(started).Round(time.Millisecond))
 	}
 	if code := p.stop(t); code != 0 {
@@ -174,6 +195,9 @@ routes:
 			if !ok {
 				t.Fatalf("%s: an event the test did not commit: %q", c.name, a.id)
 			}
+			if c.oneKey && a.key != sampledKey {
+				t.Fatalf("%s: event %s of key %q arrived; the route sends it only %s's", c.name, a.id, a.key, sampledKey)
+			}
 			if a.key != keyOf[a.id] {
 				t.Fatalf("%s: event %s arrived with key %q, committed with %q", c.name, a.id, a.key, keyOf[a.id])
 			}
@@ -186,8 +210,8 @@ routes:
 			}
 			last[a.key] = pos
 		}
-		if len(got) != total {
-			t.Fatalf("%s: %d distinct events arrived, want %d", c.name, len(got), total)
+		if len(got) != wantCount(c) {
+			t.Fatalf("%s: %d distinct events arrived, want %d", c.name, len(got), wantCount(c))
 		}
 	}
 }
@@ -302,8 +326,8 @@ func awsCases(t *testing.T) (sqs, sns fanoutSink) {
 		return fmt.Sprintf("type: %s, region: %s, endpoint: %q, access_key_id: %s, secret_access_key: %s",
 			typ, awstest.Region, endpoint, awstest.AccessKeyID, awstest.SecretAccessKey)
 	}
-	return fanoutSink{name: "sqs", entry: entry("sqs"), destination: queue, read: readQueue(t, sqsClient, queue)},
-		fanoutSink{name: "sns", entry: entry("sns"), destination: topic, read: readQueue(t, sqsClient, subscribed)}
+	return fanoutSink{name: "sqs", entry: entry("sqs"), destination: queue, read: readQueue(t, sqsClient, queue), oneKey: true},
+		fanoutSink{name: "sns", entry: entry("sns"), destination: topic, read: readQueue(t, sqsClient, subscribed), oneKey: true}
 }
 
 // readQueue receives from the queue at url in the background until the
