@@ -45,7 +45,15 @@ func All(t Tables) ([]Migration, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	entries, err := fs.ReadDir(files, ".")
+	return Load(files, t)
+}
+
+// Load reads the migrations of a directory (NNN_name.up.sql and
+// NNN_name.down.sql files, versions from 1 without gaps), each a
+// text/template rendered with data, in version order. Package mysql loads
+// its own directory with it.
+func Load(dir fs.FS, data any) ([]Migration, error) {
+	entries, err := fs.ReadDir(dir, ".")
 	if err != nil {
 		return nil, fmt.Errorf("reading embedded migrations: %w", err)
 	}
@@ -56,11 +64,11 @@ func All(t Tables) ([]Migration, error) {
 			return nil, fmt.Errorf("embedded migration %q: name is not NNN_name.(up|down).sql", e.Name())
 		}
 		version, _ := strconv.Atoi(m[1])
-		raw, err := files.ReadFile(e.Name())
+		raw, err := fs.ReadFile(dir, e.Name())
 		if err != nil {
 			return nil, fmt.Errorf("reading migration %s: %w", e.Name(), err)
 		}
-		sql, err := render(e.Name(), string(raw), t)
+		sql, err := render(e.Name(), string(raw), data)
 		if err != nil {
 			return nil, err
 		}
@@ -100,13 +108,13 @@ func Latest() int {
 	return ms[len(ms)-1].Version
 }
 
-func render(name, text string, t Tables) (string, error) {
+func render(name, text string, data any) (string, error) {
 	tmpl, err := template.New(name).Option("missingkey=error").Parse(text)
 	if err != nil {
 		return "", fmt.Errorf("parsing migration %s: %w", name, err)
 	}
 	var b bytes.Buffer
-	if err := tmpl.Execute(&b, t); err != nil {
+	if err := tmpl.Execute(&b, data); err != nil {
 		return "", fmt.Errorf("rendering migration %s: %w", name, err)
 	}
 	return b.String(), nil

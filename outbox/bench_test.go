@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/mysqlurl"
+	"github.com/heraldhq/herald/migrations"
+	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
+	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/outbox"
 )
 
@@ -91,5 +95,62 @@ func BenchmarkCommitRate(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*producers*commits)/total.Seconds(), "events/s")
 		})
+	}
+}
+
+// BenchmarkEnqueueMySQL measures EnqueueSQL on MariaDB, one transaction per
+// iteration, with one event or a batch of 100, with the driver's default
+// (prepare, execute) and with interpolateParams=true (one round trip).
+func BenchmarkEnqueueMySQL(b *testing.B) {
+	for _, interpolate := range []bool{false, true} {
+		for _, size := range []int{1, 100} {
+			name := map[int]string{1: "1-per-tx", 100: "100-per-tx"}[size]
+			if interpolate {
+				name += "/interpolateParams"
+			}
+			b.Run(name, func(b *testing.B) {
+				_, dbURL := mysqltest.Database(b)
+				if interpolate {
+					dbURL += "?interpolateParams=true"
+				}
+				db, err := mysqlurl.Open(dbURL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer db.Close()
+				m, err := mysqlmigrations.NewMigrator(db, migrations.Tables{}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				if _, err := m.Up(ctx, 0); err != nil {
+					b.Fatal(err)
+				}
+				w, err := outbox.NewWriter(outbox.Config{Dialect: outbox.MySQL})
+				if err != nil {
+					b.Fatal(err)
+				}
+				events := make([]outbox.Event, size)
+				for i := range events {
+					events[i] = outbox.Event{Topic: "orders.created", Key: "order-42", Payload: []byte(`{"order":42,"total":"19.90"}`),
+						Headers: map[string]string{"tenant": "acme"}}
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := w.EnqueueSQL(ctx, tx, events...); err != nil {
+						b.Fatal(err)
+					}
+					if err := tx.Commit(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
 	}
 }

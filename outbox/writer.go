@@ -3,9 +3,11 @@
 //
 // An application writes its business change and its events in one
 // transaction: either both commit or neither does. The relay then publishes
-// committed events to the sinks. Enqueue takes a pgx.Tx, EnqueueSQL a
-// database/sql *sql.Tx opened through the pgx stdlib driver; both write any
-// number of events in one round trip, in order.
+// committed events to the sinks. On PostgreSQL, Enqueue takes a pgx.Tx,
+// EnqueueSQL a database/sql *sql.Tx opened through the pgx stdlib driver;
+// both write any number of events in one statement, in order. On MySQL and
+// MariaDB (Config.Dialect = MySQL), EnqueueSQL takes a *sql.Tx of
+// github.com/go-sql-driver/mysql and writes a multi-row INSERT.
 //
 // Applications in other languages need no library: an
 // INSERT INTO outbox (topic, key, payload) VALUES (...) is the whole contract,
@@ -30,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/migrations"
+	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 )
 
 // DefaultNotifyInterval is the NotifyInterval used when Config leaves it zero.
@@ -40,13 +43,17 @@ const DefaultNotifyInterval = 20 * time.Millisecond
 // notification lock at commit. Meant for low event rates and tests.
 const NotifyEveryCall time.Duration = -1
 
-// Config configures a Writer. The zero value writes to public.outbox and
-// wakes relays at most every DefaultNotifyInterval.
+// Config configures a Writer. The zero value writes to public.outbox on
+// PostgreSQL and wakes relays at most every DefaultNotifyInterval.
 type Config struct {
-	// Tables names the outbox table. Defaults to public.outbox.
+	// Dialect is the database holding the table. Defaults to PostgreSQL.
+	Dialect Dialect
+	// Tables names the outbox table. Defaults to public.outbox; on MySQL,
+	// to outbox in the connection's database (see migrations/mysql.NewTables).
 	Tables migrations.Tables
 	// NotifyInterval is the least time between two notifications sent by
-	// one Writer to wake relays listening on the table's channel.
+	// one Writer to wake relays listening on the table's channel
+	// (PostgreSQL only).
 	//
 	// A NOTIFY inside a transaction takes a database-wide lock at commit that
 	// serialises every notifying commit, so notifying on every transaction
@@ -73,13 +80,16 @@ type Config struct {
 // Writer enqueues events into the outbox table. It is safe for concurrent
 // use; create one per table and share it.
 type Writer struct {
+	dialect        Dialect
 	tables         migrations.Tables
+	outboxName     string // the quoted table, for errors
 	channel        string
 	notifyInterval time.Duration // < 0: every call
 	disableNotify  bool
 	insertSQL      string                        // the insert alone
 	notifySQL      string                        // the insert and a pg_notify, one statement
 	propagator     propagation.TextMapPropagator // nil: the global one
+	mysqlInsert    string                        // MySQL: the INSERT up to VALUES
 
 	// start is the origin of lastNotify, read through the monotonic clock.
 	start time.Time
@@ -94,6 +104,23 @@ func NewWriter(cfg Config) (*Writer, error) {
 	if err := tables.Validate(); err != nil {
 		return nil, fmt.Errorf("outbox: Config.Tables: %w", err)
 	}
+	switch cfg.Dialect {
+	case PostgreSQL:
+	case MySQL:
+		names, err := mysqlmigrations.NewTables(tables)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: Config.Tables: %w", err)
+		}
+		return &Writer{
+			dialect:     MySQL,
+			tables:      tables,
+			outboxName:  names.Outbox(),
+			propagator:  cfg.Propagator,
+			mysqlInsert: "INSERT INTO " + names.Outbox() + mysqlColumns,
+		}, nil
+	default:
+		return nil, fmt.Errorf("outbox: Config.Dialect: %d is neither PostgreSQL nor MySQL", int(cfg.Dialect))
+	}
 	interval := cfg.NotifyInterval
 	if interval == 0 {
 		interval = DefaultNotifyInterval
@@ -101,6 +128,7 @@ func NewWriter(cfg Config) (*Writer, error) {
 	insert := insertSQL(tables)
 	return &Writer{
 		tables:         tables,
+		outboxName:     tables.Outbox(),
 		channel:        tables.Channel(),
 		notifyInterval: interval,
 		disableNotify:  cfg.DisableNotify,
@@ -132,6 +160,9 @@ ORDER BY u.ord`
 // it rolls back. When any event is invalid it returns a *ValidationError and
 // writes nothing. Calling it with no events does nothing.
 func (w *Writer) Enqueue(ctx context.Context, tx pgx.Tx, events ...Event) ([]uuid.UUID, error) {
+	if w.dialect != PostgreSQL {
+		return nil, fmt.Errorf("outbox: Enqueue takes a pgx transaction, for PostgreSQL; this Writer is for %s: use EnqueueSQL", w.dialect)
+	}
 	if tx == nil {
 		return nil, errors.New("outbox: Enqueue: nil transaction")
 	}
@@ -141,12 +172,20 @@ func (w *Writer) Enqueue(ctx context.Context, tx pgx.Tx, events ...Event) ([]uui
 	})
 }
 
-// EnqueueSQL is Enqueue for database/sql. tx must come from a *sql.DB opened
-// with the pgx driver (github.com/jackc/pgx/v5/stdlib), which passes the
-// column arrays through to PostgreSQL.
+// EnqueueSQL is Enqueue for database/sql. On PostgreSQL, tx must come from
+// a *sql.DB opened with the pgx driver (github.com/jackc/pgx/v5/stdlib),
+// which passes the column arrays through to PostgreSQL. On MySQL (Config's
+// Dialect), from github.com/go-sql-driver/mysql: the events go in one
+// multi-row INSERT per 6,553 events (the most placeholders a statement
+// takes), which the driver prepares and executes, or sends at once when
+// the DSN sets interpolateParams=true. Should an INSERT after the first
+// fail, the events before are in tx: roll it back.
 func (w *Writer) EnqueueSQL(ctx context.Context, tx *sql.Tx, events ...Event) ([]uuid.UUID, error) {
 	if tx == nil {
 		return nil, errors.New("outbox: EnqueueSQL: nil transaction")
+	}
+	if w.dialect == MySQL {
+		return w.enqueueMySQL(ctx, tx, w.traceHeaders(ctx), events)
 	}
 	return w.enqueue(w.traceHeaders(ctx), events, func(query string, args []any) error {
 		_, err := tx.ExecContext(ctx, query, args...)
@@ -227,7 +266,7 @@ func (w *Writer) enqueue(traceCtx map[string]string, events []Event, exec func(q
 			// No notification went out: let the next call send one.
 			w.lastNotify.CompareAndSwap(claimed, previous)
 		}
-		return nil, fmt.Errorf("outbox: inserting %d events into %s: %w", len(events), w.tables.Outbox(), err)
+		return nil, fmt.Errorf("outbox: inserting %d events into %s: %w", len(events), w.outboxName, err)
 	}
 	return cols.ids, nil
 }

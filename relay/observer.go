@@ -50,3 +50,66 @@ func (NopObserver) Recorded(int, time.Duration) {}
 
 // SinkPublish implements Observer.
 func (NopObserver) SinkPublish(string, int, time.Duration) {}
+
+// Observers returns an Observer that passes every measurement to each of
+// list in turn (the metrics and the console's throughput history, say).
+// Nil entries are left out; with none left it is a NopObserver.
+func Observers(list ...Observer) Observer {
+	var tee observers
+	for _, o := range list {
+		if o != nil {
+			tee = append(tee, o)
+		}
+	}
+	switch len(tee) {
+	case 0:
+		return NopObserver{}
+	case 1:
+		return tee[0]
+	}
+	return tee
+}
+
+type observers []Observer
+
+func (t observers) Claimed(events int, took time.Duration) {
+	for _, o := range t {
+		o.Claimed(events, took)
+	}
+}
+
+func (t observers) Published(sink, topic string, latency time.Duration) {
+	for _, o := range t {
+		o.Published(sink, topic, latency)
+	}
+}
+
+func (t observers) Failed(sink, topic, outcome string) {
+	for _, o := range t {
+		o.Failed(sink, topic, outcome)
+	}
+}
+
+func (t observers) DeadLettered(topic string) {
+	for _, o := range t {
+		o.DeadLettered(topic)
+	}
+}
+
+func (t observers) SinkPaused(sink string, paused bool) {
+	for _, o := range t {
+		o.SinkPaused(sink, paused)
+	}
+}
+
+func (t observers) Recorded(events int, took time.Duration) {
+	for _, o := range t {
+		o.Recorded(events, took)
+	}
+}
+
+func (t observers) SinkPublish(sink string, events int, took time.Duration) {
+	for _, o := range t {
+		o.SinkPublish(sink, events, took)
+	}
+}

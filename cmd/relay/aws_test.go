@@ -66,16 +66,23 @@ func TestREADMEAWSExample(t *testing.T) {
 }
 
 // TestBenchSQSAndSNS runs the binary's bench against a moto server, as
-// docs/benchmarks.md does, and checks every event was acknowledged.
+// docs/benchmarks.md does, and against --aws-instant (an SQS endpoint in the
+// bench's process), and checks every event was acknowledged.
 func TestBenchSQSAndSNS(t *testing.T) {
 	t.Parallel()
 	endpoint := awstest.Server(t)
 	env := []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"}
 	url, _ := dbURL(t)
-	for _, sink := range []string{"sqs", "sns"} {
-		t.Run(sink, func(t *testing.T) {
+	for _, c := range []struct{ name, sink, endpointFlag string }{
+		{"sqs", "sqs", "--aws-endpoint=" + endpoint},
+		{"sns", "sns", "--aws-endpoint=" + endpoint},
+		// The relay's own ceiling: an endpoint in the bench's process.
+		{"sqs-instant", "sqs", "--aws-instant"},
+	} {
+		sink := c.sink
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			r := runRelay(t, env, "bench", "--sink", sink, "--aws-endpoint", endpoint, "--events", "200", "--keys", "10",
+			r := runRelay(t, env, "bench", "--sink", sink, c.endpointFlag, "--events", "200", "--keys", "10",
 				"--database-url", url, "--json")
 			if r.code != 0 {
 				t.Fatalf("relay bench --sink %s:\n%s", sink, r)

@@ -179,6 +179,8 @@ The database comes from --database-url, DATABASE_URL or database.url in
 	f.StringVar(&cfg.PubSubProject, "pubsub-project", relaybench.DefaultPubSubProject, "pubsub: the project of the throwaway topic")
 	f.StringVar(&cfg.AWSEndpoint, "aws-endpoint", "", "sqs, sns: the endpoint (moto, LocalStack; empty: AWS) where a throwaway FIFO queue or topic is created and deleted")
 	f.StringVar(&cfg.AWSRegion, "aws-region", "", "sqs, sns: the region (default $AWS_REGION, else us-east-1)")
+	f.IntVar(&cfg.AWSMaxInFlight, "aws-max-in-flight", 0, "sqs, sns: the sinks' max_in_flight (default the sinks' default, 8)")
+	f.BoolVar(&cfg.AWSInstant, "aws-instant", false, "sqs: instead of --aws-endpoint, an endpoint in this process that accepts every message at once (the relay's own ceiling)")
 	f.DurationVar(&cfg.Timeout, "timeout", relaybench.DefaultTimeout, "give up waiting for deliveries after this long")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the bench schema instead of dropping it")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")

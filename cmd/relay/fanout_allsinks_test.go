@@ -11,12 +11,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -24,12 +30,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/sinks/awstest"
 	"github.com/heraldhq/herald/sinks/email/smtptest"
 	"github.com/heraldhq/herald/sinks/kafka"
 	"github.com/heraldhq/herald/sinks/mqtt"
 	"github.com/heraldhq/herald/sinks/mqtt/mqtttest"
 	natssink "github.com/heraldhq/herald/sinks/nats"
 	"github.com/heraldhq/herald/sinks/nats/natstest"
+	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
 	"github.com/heraldhq/herald/sinks/redis/redistest"
 )
@@ -41,7 +49,7 @@ type arrival struct{ id, key string }
 // relay's sinks section, its destination in the route, and a consumer
 // returning everything that arrived at its peer so far, duplicates
 // included, in arrival order. A new sink type joins the test by adding a
-// case to allSinks (Pub/Sub and SQS/SNS are next).
+// case to allSinks.
 type fanoutSink struct {
 	name        string
 	entry       string // YAML flow mapping without the name
@@ -52,7 +60,9 @@ type fanoutSink struct {
 // TestFanOutToAllSinksWithMosquittoRestart runs the built relay with one
 // route sending fanout.paid to every sink type at once, each with a real
 // peer: kfake, the local NATS JetStream, an HTTP receiver, an SMTP server,
-// the local Redis and RabbitMQ, and a private Mosquitto. Mosquitto is
+// the local Redis and RabbitMQ, a private Mosquitto, an in-process pstest
+// Pub/Sub server, and a moto server for SQS and SNS (FIFO queue and topic,
+// so that a key's order holds). Mosquitto is
 // stopped after some events reached its subscriber; the relay must pause
 // the MQTT sink (herald_sink_paused) while more events are committed, then
 // drain once Mosquitto is back on the same port. Every consumer must have
@@ -89,6 +99,7 @@ routes:
 	if r := runRelay(t, nil, "migrate", "up", "--database-url", dbURL, "--schema", tables.Schema); r.code != 0 {
 		t.Fatalf("migrate:\n%s", r)
 	}
+	started := time.Now()
 	p := start(t, nil, "run", "--config", config)
 	base := adminBase(t, p)
 	waitReadyz(t, p, base, func(r readiness) bool { return r.code == http.StatusOK })
@@ -121,6 +132,7 @@ routes:
 	}
 	mqttCase := cases[len(cases)-1]
 
+	t.Logf("relay ready after %s", time.Since(started).Round(time.Millisecond))
 	commit(240)
 	// Stop Mosquitto once some events reached its subscriber, while the
 	// others may still be on their way.
@@ -134,6 +146,7 @@ routes:
 
 	for _, c := range cases {
 		waitArrivals(t, p, c.name, total, func() int { return len(dedupe(c.read(t))) })
+		t.Logf("%s: every event read, %s after the relay started", c.name, time.Since(started).Round(time.Millisecond))
 	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("relay exit %d:\n%s", code, p.output())
@@ -241,7 +254,105 @@ func waitMetric(t *testing.T, p *process, base, line string) {
 func allSinks(t *testing.T) ([]fanoutSink, *mosquitto) {
 	t.Helper()
 	broker := startMosquitto(t)
-	return []fanoutSink{kafkaCase(t), natsCase(t), webhookCase(t), emailCase(t), redisCase(t), rabbitmqCase(t), mqttCase(t, broker)}, broker
+	sqs, sns := awsCases(t)
+	return []fanoutSink{kafkaCase(t), natsCase(t), webhookCase(t), emailCase(t), redisCase(t), rabbitmqCase(t),
+		pubsubCase(t), sqs, sns, mqttCase(t, broker)}, broker
+}
+
+// pubsubCase publishes to a topic of an in-process pstest server, which
+// keeps every message published in publish order; the binary reaches it
+// through the sink's endpoint.
+func pubsubCase(t *testing.T) fanoutSink {
+	srv := pstest.NewServer()
+	t.Cleanup(func() { _ = srv.Close() })
+	const project, topic = "herald-test", "fanout-paid"
+	if _, err := srv.GServer.CreateTopic(t.Context(), &pubsubpb.Topic{Name: "projects/" + project + "/topics/" + topic}); err != nil {
+		t.Fatal(err)
+	}
+	return fanoutSink{
+		name:        "pubsub",
+		entry:       fmt.Sprintf("type: pubsub, project: %s, endpoint: %q", project, srv.Addr),
+		destination: topic,
+		read: func(*testing.T) []arrival {
+			var out []arrival
+			for _, m := range srv.Messages() {
+				out = append(out, arrival{m.Attributes[pubsub.AttrID], m.OrderingKey})
+			}
+			return out
+		},
+	}
+}
+
+// awsCases share one moto server: the sqs sink sends to a FIFO queue, the
+// sns sink publishes to a FIFO topic with a FIFO queue subscribed (raw
+// delivery). FIFO keeps a message group's order, and the sinks make the
+// event key the group. moto serves each request slowly (about a second per
+// batch of ten on a loaded machine), so both queues are read from the
+// start, in the background, while the relay sends.
+func awsCases(t *testing.T) (sqs, sns fanoutSink) {
+	endpoint := awstest.Server(t)
+	sqsClient, snsClient := awstest.SQS(endpoint), awstest.SNS(endpoint)
+	fifo := map[string]string{"FifoQueue": "true"}
+	queue := awstest.CreateQueue(t, sqsClient, awstest.QueueName(".fifo"), fifo)
+	name := awstest.QueueName(".fifo")
+	topic := awstest.CreateTopic(t, snsClient, name, map[string]string{"FifoTopic": "true"})
+	subscribed := awstest.CreateQueue(t, sqsClient, name, fifo)
+	awstest.SubscribeQueue(t, snsClient, sqsClient, topic, subscribed)
+	entry := func(typ string) string {
+		return fmt.Sprintf("type: %s, region: %s, endpoint: %q, access_key_id: %s, secret_access_key: %s",
+			typ, awstest.Region, endpoint, awstest.AccessKeyID, awstest.SecretAccessKey)
+	}
+	return fanoutSink{name: "sqs", entry: entry("sqs"), destination: queue, read: readQueue(t, sqsClient, queue)},
+		fanoutSink{name: "sns", entry: entry("sns"), destination: topic, read: readQueue(t, sqsClient, subscribed)}
+}
+
+// readQueue receives from the queue at url in the background until the
+// test ends, deleting what it received (a FIFO queue hands out a group's
+// next message only then), and returns a reader of what arrived so far.
+func readQueue(t *testing.T, client *awssqs.Client, url string) func(t *testing.T) []arrival {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu   sync.Mutex
+		got  []arrival
+		fail error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			out, err := client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url),
+				MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 300, MessageAttributeNames: []string{"All"}})
+			if err == nil && len(out.Messages) > 0 {
+				del := make([]sqstypes.DeleteMessageBatchRequestEntry, len(out.Messages))
+				mu.Lock()
+				for i, m := range out.Messages {
+					got = append(got, arrival{aws.ToString(m.MessageAttributes["herald.id"].StringValue),
+						aws.ToString(m.MessageAttributes["herald.key"].StringValue)})
+					del[i] = sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+				}
+				mu.Unlock()
+				var res *awssqs.DeleteMessageBatchOutput
+				if res, err = client.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del}); err == nil && len(res.Failed) > 0 {
+					err = fmt.Errorf("%d entries not deleted", len(res.Failed))
+				}
+			}
+			if err != nil && ctx.Err() == nil {
+				mu.Lock()
+				fail = fmt.Errorf("reading queue %s: %w", url, err)
+				mu.Unlock()
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return func(t *testing.T) []arrival {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail != nil {
+			t.Fatal(fail)
+		}
+		return append([]arrival(nil), got...)
+	}
 }
 
 func kafkaCase(t *testing.T) fanoutSink {

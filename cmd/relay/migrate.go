@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
+	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 )
 
 func newMigrateCommand(g *globalFlags) *cobra.Command {
@@ -17,8 +20,10 @@ func newMigrateCommand(g *globalFlags) *cobra.Command {
 		Long: `Apply, revert or list the outbox schema migrations.
 
 The database comes from --database-url, DATABASE_URL or database.url in
---config (in that order); --config is optional. Several migrate commands may
-run at once: an advisory lock serialises them.`,
+--config (in that order); --config is optional. A postgres:// URL migrates
+the PostgreSQL schema, a mysql://user:password@host:3306/database URL the
+MySQL/MariaDB schema (numbered on its own). Several migrate commands may run
+at once: an advisory lock (GET_LOCK on MySQL) serialises them.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newMigrateUpCommand(g), newMigrateDownCommand(g), newMigrateStatusCommand(g))
@@ -32,10 +37,14 @@ func newMigrateUpCommand(g *globalFlags) *cobra.Command {
 		Short: "Apply pending migrations (all, or up to --target)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if target < 0 || target > migrations.Latest() {
-				return usageError(fmt.Errorf("--target: %d is not between 1 and %d", target, migrations.Latest()))
+			s, err := g.loadMigrate()
+			if err != nil {
+				return err
 			}
-			s, m, done, err := g.migrator(cmd)
+			if latest := s.latestVersion(); target < 0 || target > latest {
+				return usageError(fmt.Errorf("--target: %d is not between 1 and %d", target, latest))
+			}
+			m, done, err := s.migrator(cmd)
 			if err != nil {
 				return err
 			}
@@ -45,10 +54,10 @@ func newMigrateUpCommand(g *globalFlags) *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "applied %03d_%s\n", mig.Version, mig.Name)
 			}
 			if err != nil {
-				return runtimeError(fmt.Errorf("migrating %s: %w", s.tables.Outbox(), s.scrub(err)))
+				return runtimeError(fmt.Errorf("migrating %s: %w", s.outboxName(), s.scrub(err)))
 			}
 			if len(applied) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "nothing to apply: %s is up to date\n", s.tables.Outbox())
+				fmt.Fprintf(cmd.OutOrStdout(), "nothing to apply: %s is up to date\n", s.outboxName())
 			}
 			return nil
 		},
@@ -67,7 +76,11 @@ func newMigrateDownCommand(g *globalFlags) *cobra.Command {
 			if steps < 1 {
 				return usageError(fmt.Errorf("--steps: must be at least 1, got %d", steps))
 			}
-			s, m, done, err := g.migrator(cmd)
+			s, err := g.loadMigrate()
+			if err != nil {
+				return err
+			}
+			m, done, err := s.migrator(cmd)
 			if err != nil {
 				return err
 			}
@@ -77,10 +90,10 @@ func newMigrateDownCommand(g *globalFlags) *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "reverted %03d_%s\n", mig.Version, mig.Name)
 			}
 			if err != nil {
-				return runtimeError(fmt.Errorf("reverting migrations of %s: %w", s.tables.Outbox(), s.scrub(err)))
+				return runtimeError(fmt.Errorf("reverting migrations of %s: %w", s.outboxName(), s.scrub(err)))
 			}
 			if len(reverted) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "nothing to revert: %s has no migration applied\n", s.tables.Outbox())
+				fmt.Fprintf(cmd.OutOrStdout(), "nothing to revert: %s has no migration applied\n", s.outboxName())
 			}
 			return nil
 		},
@@ -95,14 +108,18 @@ func newMigrateStatusCommand(g *globalFlags) *cobra.Command {
 		Short: "List the migrations and when each was applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, m, done, err := g.migrator(cmd)
+			s, err := g.loadMigrate()
+			if err != nil {
+				return err
+			}
+			m, done, err := s.migrator(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
 			status, err := m.Status(cmd.Context())
 			if err != nil {
-				return runtimeError(fmt.Errorf("reading migration status of %s: %w", s.tables.Outbox(), s.scrub(err)))
+				return runtimeError(fmt.Errorf("reading migration status of %s: %w", s.outboxName(), s.scrub(err)))
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "VERSION\tNAME\tAPPLIED AT")
@@ -118,23 +135,69 @@ func newMigrateStatusCommand(g *globalFlags) *cobra.Command {
 	}
 }
 
-// migrator connects and returns a migrator for the selected tables, and a
-// function releasing the connection.
-func (g *globalFlags) migrator(cmd *cobra.Command) (*setup, *migrations.Migrator, func(), error) {
-	s, err := g.load(false)
-	if err != nil {
-		return nil, nil, nil, err
+// migrator is what the migrate commands use of migrations.Migrator and of
+// its MySQL twin.
+type migrator interface {
+	Up(ctx context.Context, target int) ([]migrations.Migration, error)
+	Down(ctx context.Context, steps int) ([]migrations.Migration, error)
+	Status(ctx context.Context) ([]migrations.Status, error)
+}
+
+// latestVersion is the newest schema version of the selected database.
+func (s *setup) latestVersion() int {
+	if s.mysql() {
+		return mysqlmigrations.Latest()
+	}
+	return migrations.Latest()
+}
+
+// outboxName is the outbox table as the selected database quotes it.
+func (s *setup) outboxName() string {
+	if s.mysql() {
+		if t, err := mysqlmigrations.NewTables(s.tables); err == nil {
+			return t.Outbox()
+		}
+	}
+	return s.tables.Outbox()
+}
+
+// migrator connects and returns a migrator for the selected database and
+// tables, and a function releasing the connection.
+func (s *setup) migrator(cmd *cobra.Command) (migrator, func(), error) {
+	if s.mysql() {
+		return s.mysqlMigrator(cmd.Context())
 	}
 	pool, err := s.connect(cmd.Context())
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	// No logger: the commands print each step themselves, and the
 	// migrator's log lines would say it a second time.
 	m, err := migrations.NewMigrator(pool, s.tables, nil)
 	if err != nil {
 		pool.Close()
-		return nil, nil, nil, usageError(err)
+		return nil, nil, usageError(err)
 	}
-	return s, m, pool.Close, nil
+	return m, pool.Close, nil
+}
+
+// mysqlMigrator opens the MySQL database and checks it answers; one
+// attempt.
+func (s *setup) mysqlMigrator(ctx context.Context) (migrator, func(), error) {
+	db, err := mysqlurl.Open(s.dbURL)
+	if err != nil {
+		return nil, nil, usageError(fmt.Errorf("database.url: %w", s.scrub(err)))
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		return nil, nil, runtimeError(fmt.Errorf("connecting to %s: %w", s.redactedURL(), s.scrub(err)))
+	}
+	m, err := mysqlmigrations.NewMigrator(db, s.tables, nil)
+	if err != nil {
+		db.Close()
+		return nil, nil, usageError(err)
+	}
+	return m, func() { db.Close() }, nil
 }

@@ -23,19 +23,27 @@ import (
 	"github.com/heraldhq/herald/relay/admin"
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/metrics"
+	"github.com/heraldhq/herald/relay/throughput"
 )
 
 // backlogEvery spaces the refreshes of the backlog gauges.
 const backlogEvery = 10 * time.Second
 
+// The console's throughput charts: the last 15 minutes in 5 s steps.
+const (
+	throughputWindow = 15 * time.Minute
+	throughputStep   = 5 * time.Second
+)
+
 // operations are what relay run adds around the engine: the tracer
-// provider, the metrics and the admin server.
+// provider, the metrics, the throughput history and the admin server.
 type operations struct {
-	tracer  *sdktrace.TracerProvider // nil: tracing off
-	metrics *metrics.Metrics         // nil: admin server off
-	store   *deadletter.Store
-	server  *admin.Server
-	ln      net.Listener
+	tracer     *sdktrace.TracerProvider // nil: tracing off
+	metrics    *metrics.Metrics         // nil: admin server off
+	throughput *throughput.History      // nil: admin server off
+	store      *deadletter.Store
+	server     *admin.Server
+	ln         net.Listener
 
 	mu    sync.Mutex
 	relay *relay.Relay
@@ -105,7 +113,8 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 		return nil, ops.shutdownTracer(ctx, err)
 	}
 	ops.metrics, ops.store, ops.server, ops.ln = m, store, server, ln
-	cfg.Observer = m
+	ops.throughput = throughput.New(throughputWindow, throughputStep)
+	cfg.Observer = relay.Observers(m, ops.throughput)
 	return ops, nil
 }
 

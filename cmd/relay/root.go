@@ -43,7 +43,7 @@ configuration errors.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.config, "config", "c", "", "configuration file (YAML)")
-	pf.StringVar(&g.databaseURL, "database-url", "", "PostgreSQL connection string (overrides DATABASE_URL and database.url)")
+	pf.StringVar(&g.databaseURL, "database-url", "", "PostgreSQL connection string, or mysql://user:password@host:3306/database (overrides DATABASE_URL and database.url)")
 	pf.StringVar(&g.schema, "schema", "", "schema of the outbox tables (overrides database.schema; default public)")
 	pf.StringVar(&g.table, "table", "", "outbox table name (overrides database.table; default outbox)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })

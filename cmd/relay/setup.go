@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay/relayconfig"
 	"github.com/heraldhq/herald/sinks/redis"
@@ -25,19 +26,50 @@ type setup struct {
 	logger *slog.Logger
 }
 
-// load is for commands that only read or migrate the outbox tables: it
-// reads the configuration, if one is given, with relayconfig.LoadReadOnly,
-// so the ${VAR}s of sections it does not use (the admin token, webhook
-// secrets) need not be set.
+// load is for commands that only read the outbox tables: it reads the
+// configuration, if one is given, with relayconfig.LoadReadOnly, so the
+// ${VAR}s of sections it does not use (the admin token, webhook secrets)
+// need not be set.
 func (g *globalFlags) load(requireConfig bool) (*setup, error) {
-	return g.loadWith(requireConfig, relayconfig.LoadReadOnly)
+	s, err := g.loadWith(requireConfig, relayconfig.LoadReadOnly)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.requirePostgreSQL()
+}
+
+// loadMigrate is load for `relay migrate`, the one command that serves
+// MySQL as well as PostgreSQL today.
+func (g *globalFlags) loadMigrate() (*setup, error) {
+	return g.loadWith(false, relayconfig.LoadReadOnly)
 }
 
 // loadAll is for commands that start sinks (run, config check): the whole
 // configuration is required, read and checked.
 func (g *globalFlags) loadAll() (*setup, error) {
-	return g.loadWith(true, relayconfig.Load)
+	s, err := g.loadWith(true, relayconfig.Load)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.requirePostgreSQL()
 }
+
+// errMySQLEngine is what the commands other than migrate answer for a
+// mysql:// database: the schema and the outbox library serve MySQL, the
+// relay engine does not yet.
+var errMySQLEngine = errors.New("database.url: a mysql:// database is served by `relay migrate` and the outbox library only; " +
+	"the MySQL relay engine (run, status, dlq, bench, config check) is not built yet")
+
+// requirePostgreSQL refuses a MySQL database.
+func (s *setup) requirePostgreSQL() error {
+	if s.mysql() {
+		return usageError(errMySQLEngine)
+	}
+	return nil
+}
+
+// mysql reports whether the database URL names MySQL (or MariaDB).
+func (s *setup) mysql() bool { return mysqlurl.Is(s.dbURL) }
 
 // loadWith reads the configuration (required or not) with read and
 // resolves the database URL (--database-url, then DATABASE_URL, then
@@ -65,7 +97,11 @@ func (g *globalFlags) loadWith(requireConfig bool, read func(string, func(string
 	// go-redis logs through a logger of its own, process-wide.
 	redis.LogLibraryTo(s.logger)
 	if g.databaseURL != "" {
-		if _, err := pgxpool.ParseConfig(g.databaseURL); err != nil {
+		if mysqlurl.Is(g.databaseURL) {
+			if _, err := mysqlurl.Config(g.databaseURL); err != nil {
+				return nil, usageError(fmt.Errorf("--database-url: %s", relayconfig.ScrubPassword(err.Error(), g.databaseURL)))
+			}
+		} else if _, err := pgxpool.ParseConfig(g.databaseURL); err != nil {
 			return nil, usageError(fmt.Errorf("--database-url: %s", relayconfig.ScrubPassword(err.Error(), g.databaseURL)))
 		}
 		s.dbURL = g.databaseURL

@@ -189,6 +189,13 @@ type Config struct {
 	// AWSRegion is the region for SinkSQS and SinkSNS. Defaults to
 	// $AWS_REGION, else us-east-1.
 	AWSRegion string
+	// AWSInstant, with SinkSQS, replaces AWSEndpoint with an endpoint in
+	// the bench's process that accepts every message at once and stores
+	// nothing, so the run measures the relay's side alone.
+	AWSInstant bool
+	// AWSMaxInFlight is the sinks' max_in_flight (batch requests of one
+	// publish call in flight at once). Defaults to the sinks' default.
+	AWSMaxInFlight int
 
 	// Outage is how long the sink "down" refuses events: from the backlog's
 	// commit in ModeOutage, from OutageAfter in ModeIsolation. Defaults to
@@ -447,6 +454,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--pubsub-%w", err)
 		}
 	case SinkSQS, SinkSNS:
+		if c.AWSInstant && (c.Sink != SinkSQS || c.AWSEndpoint != "") {
+			return errors.New("--aws-instant: only with --sink sqs, and without --aws-endpoint")
+		}
 		if err := c.awsConfig().Validate(); err != nil {
 			return fmt.Errorf("--aws-endpoint, --aws-region: %w", err)
 		}
@@ -491,5 +501,5 @@ func (c Config) liveCapacity() int {
 // awsConfig is the AWS connection of SinkSQS and SinkSNS: the region and
 // endpoint of the flags, the credentials of the AWS environment.
 func (c Config) awsConfig() sqs.Connection {
-	return sqs.Connection{Region: c.AWSRegion, Endpoint: c.AWSEndpoint}
+	return sqs.Connection{Region: c.AWSRegion, Endpoint: c.AWSEndpoint, MaxInFlight: c.AWSMaxInFlight}
 }

@@ -308,9 +308,19 @@ func (d *destinationEnv) startPubSub(ctx context.Context, cfg Config, name strin
 }
 
 // startSQS creates a throwaway FIFO queue at cfg.AWSEndpoint (deleted at
-// the end): FIFO, because it is what keeps each key's order.
+// the end): FIFO, because it is what keeps each key's order. With
+// cfg.AWSInstant the endpoint is an instantSQS of the run's own.
 func (d *destinationEnv) startSQS(ctx context.Context, cfg Config, name string, logger *slog.Logger) error {
 	conn := cfg.awsConfig()
+	if cfg.AWSInstant {
+		instant, err := startInstantSQS()
+		if err != nil {
+			return err
+		}
+		d.closers = append(d.closers, instant.close)
+		// It checks no signature; the SDK wants credentials to sign with.
+		conn.Endpoint, conn.AccessKeyID, conn.SecretAccessKey = instant.url, "instant", "instant"
+	}
 	awsCfg, err := conn.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("--aws-endpoint: %w", err)

@@ -165,6 +165,8 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.PauseMax = -time.Second }, "--pause-max"},
 		{func(c *Config) { c.BackoffMax = -time.Second }, "--backoff-max"},
 		{func(c *Config) { c.Mode = ModeHotKey; c.HotEvents = -1 }, "--hot-events"},
+		{func(c *Config) { c.Sink = SinkSNS; c.AWSInstant = true }, "--aws-instant: only with --sink sqs"},
+		{func(c *Config) { c.Sink = SinkSQS; c.AWSInstant = true; c.AWSEndpoint = "http://127.0.0.1:4566" }, "without --aws-endpoint"},
 		{func(c *Config) { c.Mode = ModeIsolation; c.Duration = 5 * time.Minute }, "--duration: 5m0s must be longer than --outage-after (1m0s) plus --outage (5m0s)"},
 	}
 	for _, c := range cases {

@@ -83,6 +83,8 @@ type Store struct {
 	batchSize int
 
 	listSQL, countSQL, pagePlanSQL      string
+	listNewestSQL, countAtMostSQL       string
+	countPlanSQL                        string
 	showSetupSQL, showEventSQL          string
 	showDeliveriesSQL, nowSQL           string
 	lockLanesSQL, notifySQL             string
@@ -92,6 +94,7 @@ type Store struct {
 	statusPendingSQL, statusQueuesSQL   string
 	statusPublishedSQL, statusRelaysSQL string
 	backlogSQL                          string
+	heldKeysSQL, keyQueuesSQL           string
 }
 
 // New returns a Store for the tables t (defaults filled in).
@@ -106,7 +109,13 @@ func New(db DB, t migrations.Tables) (*Store, error) {
        coalesce(d.last_error, ''), d.stops_key
 FROM ` + dl + ` d WHERE ` + filterSQL + `
 ORDER BY d.seq, d.sink LIMIT $11`
+	// The same walking the index backwards, from the newest.
+	s.listNewestSQL = `SELECT d.seq, d.id::text, d.topic, coalesce(d.key, ''), d.sink, d.attempts, d.created_at, d.dead_at,
+       coalesce(d.last_error, ''), d.stops_key
+FROM ` + dl + ` d WHERE ` + filterBeforeSQL + `
+ORDER BY d.seq DESC, d.sink DESC LIMIT $11`
 	s.countSQL = `SELECT count(*) FROM ` + dl + ` d WHERE ` + filterSQL
+	s.countAtMostSQL = `SELECT count(*) FROM (SELECT FROM ` + dl + ` d WHERE ` + filterSQL + ` LIMIT $11) m`
 	// A batch must walk the dead-letter index in (seq, sink) order, stop at
 	// its limit, and reach every other row it reads or changes through an
 	// index, one probe per row. Right after a burst of dead letters, before
@@ -120,6 +129,8 @@ ORDER BY d.seq, d.sink LIMIT $11`
 	s.pagePlanSQL = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
        set_config('jit', 'off', true)`
+	s.countPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true)`
 	// Show reads the outbox row and the deliveries of one event from one
 	// snapshot: a relay moving the event from one to the other in between
 	// would otherwise hide it.
@@ -205,6 +216,7 @@ RETURNING d.sink, d.seq, d.id::text, d.key, d.stops_key`
 	// Every lane is locked by the operation: no fence on the promoted rows.
 	s.promoteSQL = queue.PromoteSQL(t, "")
 	s.initStatus()
+	s.initHeld()
 	return s, nil
 }
 
@@ -220,6 +232,10 @@ const filterSQL = `d.state = 'dead' AND (d.seq, d.sink) > ($1::bigint, $2::text)
   AND ($8::timestamptz IS NULL OR d.dead_at >= $8::timestamptz)
   AND ($9::timestamptz IS NULL OR d.dead_at < $9::timestamptz)
   AND ($10::interval IS NULL OR d.dead_at < now() - $10::interval)`
+
+// filterBeforeSQL is filterSQL selecting the dead letters before ($1 seq,
+// $2 sink), for a list from the newest.
+var filterBeforeSQL = strings.Replace(filterSQL, "(d.seq, d.sink) > (", "(d.seq, d.sink) < (", 1)
 
 // Filter selects dead letters. Zero fields select everything; set fields
 // must all match. A dead letter matches on its own row: its sink, error
@@ -279,6 +295,9 @@ type position struct {
 // start is before every dead letter: seqs come from an identity column
 // and are positive.
 var start = position{seq: math.MinInt64, sink: pgtype.Text{Valid: true}}
+
+// end is after every dead letter, for a list from the newest.
+var end = position{seq: math.MaxInt64}
 
 func at(seq int64, sink string) position {
 	return position{seq, pgtype.Text{String: sink, Valid: true}}
@@ -371,13 +390,20 @@ type ListOpts struct {
 	// order, for paging through results: pass the last one's Seq and Sink.
 	// With AfterSink empty, the list starts after every dead letter of
 	// AfterSeq (the same thing for a dead letter of the routing step, the
-	// only one of its event); with both zero, at the beginning.
+	// only one of its event); with both zero, at the beginning. "After"
+	// is in the list's order: with Newest, older.
 	AfterSeq  int64
 	AfterSink string
+	// Newest lists in descending (seq, sink) order, the newest events
+	// first: seq is the order events were written in. A page back towards
+	// the newest is the list the other way from the page's first dead
+	// letter, reversed.
+	Newest bool
 }
 
-// List calls fn for each dead letter matching f, in (seq, sink) order,
-// reading DefaultBatchSize rows per statement. It stops at fn's first
+// List calls fn for each dead letter matching f, in (seq, sink) order
+// (descending with opts.Newest), reading DefaultBatchSize rows per
+// statement. It stops at fn's first
 // error and returns it.
 func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadLetter) error) error {
 	if err := f.Validate(); err != nil {
@@ -385,10 +411,12 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 	}
 	after, seen := at(opts.AfterSeq, opts.AfterSink), 0
 	switch {
+	case opts.AfterSeq == 0 && opts.AfterSink == "" && opts.Newest:
+		after = end
 	case opts.AfterSeq == 0 && opts.AfterSink == "":
 		after = start
 	case opts.AfterSink == "":
-		after = position{seq: opts.AfterSeq} // after all of AfterSeq
+		after = position{seq: opts.AfterSeq} // after all of AfterSeq, either way
 	}
 	for {
 		n := s.batchSize
@@ -398,7 +426,7 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 		if n <= 0 {
 			return nil
 		}
-		page, err := s.listPage(ctx, f, after, n)
+		page, err := s.listPage(ctx, f, after, n, opts.Newest)
 		if err != nil {
 			return err
 		}
@@ -416,10 +444,14 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 	}
 }
 
-func (s *Store) listPage(ctx context.Context, f Filter, after position, limit int) ([]DeadLetter, error) {
+func (s *Store) listPage(ctx context.Context, f Filter, after position, limit int, newest bool) ([]DeadLetter, error) {
 	page := make([]DeadLetter, 0, limit)
+	sql := s.listSQL
+	if newest {
+		sql = s.listNewestSQL
+	}
 	err := s.inPage(ctx, f, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.listSQL, append(f.args(after), limit)...)
+		rows, err := tx.Query(ctx, sql, append(f.args(after), limit)...)
 		if err != nil {
 			return err
 		}
@@ -457,16 +489,56 @@ func (s *Store) inPage(ctx context.Context, f Filter, fn func(pgx.Tx) error) err
 	})
 }
 
+// inCount runs a count in its own short transaction, planned to walk the
+// dead-letter index (reading only dead letters' rows, not the queued
+// deliveries around them) unless f selects by id.
+func (s *Store) inCount(ctx context.Context, f Filter, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if len(f.IDs) == 0 {
+			if _, err := tx.Exec(ctx, s.countPlanSQL); err != nil {
+				return err
+			}
+		}
+		return fn(tx)
+	})
+}
+
 // Count returns how many dead letters match f.
 func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
 	var n int64
-	if err := s.db.QueryRow(ctx, s.countSQL, f.args(start)...).Scan(&n); err != nil {
+	if err := s.inCount(ctx, f, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.countSQL, f.args(start)...).Scan(&n)
+	}); err != nil {
 		return 0, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
 	}
 	return n, nil
+}
+
+// CountAtMost returns how many dead letters match f, counting no further
+// than limit: when more match, it returns limit and true. Count reads
+// every match (every dead letter, for a filter on the error text), which
+// takes time in proportion to them; a page that shows "10,000+" bounds
+// that work, and Count remains for the exact figure an operator confirms
+// before a replay or purge.
+func (s *Store) CountAtMost(ctx context.Context, f Filter, limit int64) (n int64, more bool, err error) {
+	if err := f.Validate(); err != nil {
+		return 0, false, err
+	}
+	if limit <= 0 {
+		return 0, false, &InputError{"limit", fmt.Sprintf("must be positive, got %d", limit)}
+	}
+	if err := s.inCount(ctx, f, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, s.countAtMostSQL, append(f.args(start), limit+1)...).Scan(&n)
+	}); err != nil {
+		return 0, false, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
+	}
+	if n > limit {
+		return limit, true, nil
+	}
+	return n, false, nil
 }
 
 // Event statuses, as Show reports them.

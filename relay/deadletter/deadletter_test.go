@@ -77,9 +77,21 @@ func TestListFilters(t *testing.T) {
 			if !slices.Equal(got, c.want) {
 				t.Fatalf("got %v, want %v", got, c.want)
 			}
+			newest := names(tb.list(t, c.f, deadletter.ListOpts{Newest: true}))
+			want := slices.Clone(c.want)
+			slices.Reverse(want)
+			if !slices.Equal(newest, want) {
+				t.Fatalf("newest first: got %v, want %v", newest, want)
+			}
 			n, err := tb.store.Count(context.Background(), c.f)
 			if err != nil || n != int64(len(c.want)) {
 				t.Fatalf("Count = %d, %v; want %d", n, err, len(c.want))
+			}
+			for _, limit := range []int64{1, 2, 10} {
+				n, more, err := tb.store.CountAtMost(context.Background(), c.f, limit)
+				if want := min(int64(len(c.want)), limit); err != nil || n != want || more != (int64(len(c.want)) > limit) {
+					t.Fatalf("CountAtMost(%d) = %d, %v, %v; want %d of %d", limit, n, more, err, want, len(c.want))
+				}
 			}
 		})
 	}
@@ -97,6 +109,25 @@ func TestListFilters(t *testing.T) {
 	}
 	if next := names(tb.list(t, deadletter.Filter{}, deadletter.ListOpts{AfterSeq: e2.seq, AfterSink: ""})); !slices.Equal(next, all[4:]) {
 		t.Fatalf("after a dead letter of the routing step: %v", next)
+	}
+	// From the newest, pages end and resume alike, and a page back is the
+	// list the other way from the page's first dead letter.
+	page1 := tb.list(t, deadletter.Filter{}, deadletter.ListOpts{Limit: 3, Newest: true})
+	if want := []string{all[4], all[3], all[2]}; !slices.Equal(names(page1), want) {
+		t.Fatalf("newest, limit 3: %v, want %v", names(page1), want)
+	}
+	last := page1[2]
+	page2 := tb.list(t, deadletter.Filter{}, deadletter.ListOpts{Limit: 3, Newest: true, AfterSeq: last.Seq, AfterSink: last.Sink})
+	if want := []string{all[1], all[0]}; !slices.Equal(names(page2), want) {
+		t.Fatalf("newest, after (seq, sink): %v, want %v", names(page2), want)
+	}
+	back := tb.list(t, deadletter.Filter{}, deadletter.ListOpts{Limit: 3, AfterSeq: page2[0].Seq, AfterSink: page2[0].Sink})
+	slices.Reverse(back)
+	if !slices.Equal(names(back), names(page1)) {
+		t.Fatalf("a page back from page 2: %v, want page 1 %v", names(back), names(page1))
+	}
+	if next := names(tb.list(t, deadletter.Filter{}, deadletter.ListOpts{Newest: true, AfterSeq: e1.seq})); !slices.Equal(next, all[:1]) {
+		t.Fatalf("newest, after a seq (no sink: after every dead letter of the seq): %v", next)
 	}
 	d := got[0]
 	if d.Seq != e0.seq || d.Topic != "orders.created" || d.Key != "o-1" || d.Sink != "hook" || d.Attempts != 3 ||

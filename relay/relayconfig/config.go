@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/routefilter"
@@ -50,8 +51,10 @@ type File struct {
 // Database is the database section.
 type Database struct {
 	// URL is the PostgreSQL connection string (postgres:// URL or key=value
-	// pairs). The DATABASE_URL environment variable overrides it. Required
-	// (in one of the two places).
+	// pairs), or a mysql://user:password@host:3306/database URL for MySQL
+	// and MariaDB (only `relay migrate` serves those so far). The
+	// DATABASE_URL environment variable overrides it. Required (in one of
+	// the two places).
 	URL sinks.Secret `yaml:"url"`
 	// Schema holds the outbox tables. Defaults to public.
 	Schema string `yaml:"schema"`
@@ -391,8 +394,16 @@ func validateDatabaseURL(conn string) error {
 			// url.Parse errors quote the URL, password included.
 			return errors.New("database.url: not a valid URL (percent-encode special characters in the user name and password)")
 		}
+		if mysqlurl.Is(conn) {
+			// The MySQL store: `relay migrate` serves it, the relay engine
+			// does not yet (cmd/relay says so).
+			if _, err := mysqlurl.Config(conn); err != nil {
+				return fmt.Errorf("database.url: %s", ScrubPassword(err.Error(), conn))
+			}
+			return nil
+		}
 		if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-			return fmt.Errorf("database.url: scheme %q is not postgres or postgresql", truncate(u.Scheme, 20))
+			return fmt.Errorf("database.url: scheme %q is not postgres, postgresql or mysql", truncate(u.Scheme, 20))
 		}
 	}
 	if _, err := pgconn.ParseConfig(conn); err != nil {

@@ -181,7 +181,7 @@ func TestParseErrors(t *testing.T) {
 		{"log level", edit(t, "level: debug", "level: loud"), nil, []string{`log.level: unknown level "loud"`}},
 		{"log format", edit(t, "format: json", "format: xml"), nil, []string{`log.format: unknown format "xml"`}},
 		{"database url missing", edit(t, "  url: postgres://postgres@127.0.0.1:5432/test?sslmode=disable\n", ""), nil, []string{"database.url: required"}},
-		{"database url scheme", edit(t, "url: postgres://postgres@", "url: mysql://postgres@"), nil, []string{`database.url: scheme "mysql"`}},
+		{"database url scheme", edit(t, "url: postgres://postgres@", "url: sqlserver://postgres@"), nil, []string{`database.url: scheme "sqlserver"`}},
 		{"database url unparsable", edit(t, "url: postgres://postgres@", "url: postgres://postgres:p%zz@"), nil, []string{"database.url: not a valid URL"}},
 		{"database url bad parameter", edit(t, "sslmode=disable", "sslmode=sometimes"), nil, []string{"database.url:"}},
 		{"database url bad key=value", edit(t, "url: postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "url: host=127.0.0.1 port=http"), nil, []string{"database.url:"}},
@@ -362,7 +362,7 @@ func TestDatabaseURLFromEnvironment(t *testing.T) {
 	if _, err := relayconfig.Parse("relay.yaml", []byte(noURL), envOf(map[string]string{"DATABASE_URL": "postgres://app@db/app"})); err != nil {
 		t.Fatalf("DATABASE_URL should stand in for a missing database.url: %v", err)
 	}
-	_, err = relayconfig.Parse("relay.yaml", []byte(valid), envOf(map[string]string{"DATABASE_URL": "mysql://app@db/app"}))
+	_, err = relayconfig.Parse("relay.yaml", []byte(valid), envOf(map[string]string{"DATABASE_URL": "sqlserver://app@db/app"}))
 	if err == nil || !strings.Contains(err.Error(), "database.url") {
 		t.Fatalf("bad DATABASE_URL: %v, want an error naming database.url", err)
 	}
@@ -494,7 +494,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		"bad sslmode":           {"sslmode=disable", "sslmode=sometimes"},
 		"bad url param":         {"sslmode=disable", "sslmode=disable&connect_timeout=soon"},
 		"bad url escape":        {"${DB_PASSWORD}@", "${DB_PASSWORD}%zz@"},
-		"bad url scheme":        {"url: postgres://postgres:", "url: mysql://postgres:"},
+		"bad url scheme":        {"url: postgres://postgres:", "url: sqlserver://postgres:"},
 		"webhook unknown key":   {"    secret: ${WEBHOOK_SECRET}", "    secret: ${WEBHOOK_SECRET}\n    retries: 3"},
 		"webhook secret wrong":  {"secret: ${WEBHOOK_SECRET}", "secret: x${WEBHOOK_SECRET}"},
 		"webhook header type":   {"headers: {Authorization: \"Bearer ${WEBHOOK_SECRET}\"}", "headers: {Authorization: [\"${WEBHOOK_SECRET}\"]}"},
@@ -599,5 +599,18 @@ func TestNewLogger(t *testing.T) {
 	relayconfig.Log{}.NewLogger(&buf).Debug("dropped")
 	if out := buf.String(); !strings.Contains(out, "level=INFO msg=plain") || strings.Contains(out, "dropped") {
 		t.Errorf("default logger wrote %q", out)
+	}
+}
+
+// TestMySQLDatabaseURL: a mysql:// URL is a database URL (`relay migrate`
+// serves it); one the MySQL driver cannot read is refused without its
+// password.
+func TestMySQLDatabaseURL(t *testing.T) {
+	if _, err := relayconfig.Parse("relay.yaml", []byte(valid), envOf(map[string]string{"DATABASE_URL": "mysql://app:Secret-Pw-18@db:3306/app?parseTime=true"})); err != nil {
+		t.Fatalf("a mysql:// DATABASE_URL: %v", err)
+	}
+	_, err := relayconfig.Parse("relay.yaml", []byte(valid), envOf(map[string]string{"DATABASE_URL": "mysql://app:Secret-Pw-18@db:3306/app?parseTime=maybe"}))
+	if err == nil || !strings.Contains(err.Error(), "database.url") || strings.Contains(err.Error(), "Secret-Pw-18") {
+		t.Fatalf("a mysql:// URL with a bad parameter: got %v, want an error naming database.url without the password", err)
 	}
 }

@@ -46,10 +46,14 @@ type Config struct {
 	// amqps:// for TLS. It is a secret (it usually holds the password): it
 	// is redacted wherever it is printed. Required.
 	URL sinks.Secret `yaml:"url"`
-	// Exchange is the exchange every event is published to; the route's
-	// destination is the routing key. It must exist (the sink does not
-	// declare topology). Defaults to "", the default exchange, which routes
-	// to the queue named by the routing key.
+	// Exchange names the exchange each event is published to; the route's
+	// destination is the routing key. It is a template in the language of
+	// the route's destination (text/template over .ID, .Topic, .Key and
+	// .Headers; a missing header fails the event permanently), so one sink
+	// can publish to an exchange per tenant or per topic; a text without
+	// actions is a fixed exchange. It must exist (the sink does not declare
+	// topology). Defaults to "", the default exchange, which routes to the
+	// queue named by the routing key; a template rendering "" means it too.
 	Exchange string `yaml:"exchange"`
 	// Mandatory publishes with the mandatory flag, so that the broker
 	// returns a message no queue is bound to receive, and the sink reports
@@ -90,8 +94,8 @@ func (c Config) Validate() error {
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
 		return fmt.Errorf("url: %q: the scheme must be amqp or amqps", sinks.RedactURL(raw))
 	}
-	if len(c.Exchange) > maxShortString {
-		return fmt.Errorf("exchange: %d bytes, over AMQP's limit of %d", len(c.Exchange), maxShortString)
+	if _, err := parseExchange(c.Exchange); err != nil {
+		return err
 	}
 	if c.ConfirmTimeout < 0 {
 		return fmt.Errorf("confirm_timeout: %s must not be negative", c.ConfirmTimeout)

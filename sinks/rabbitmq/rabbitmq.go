@@ -1,6 +1,7 @@
-// Package rabbitmq is Herald's RabbitMQ sink: it publishes each event to one
-// exchange (the default exchange unless configured) with the event's
-// Destination as the routing key, over AMQP 0-9-1 with publisher confirms.
+// Package rabbitmq is Herald's RabbitMQ sink: it publishes each event to an
+// exchange (the default exchange unless configured; a fixed name or a
+// template rendered from the event) with the event's Destination as the
+// routing key, over AMQP 0-9-1 with publisher confirms.
 //
 // # Messages
 //
@@ -71,21 +72,27 @@
 //   - connection refused or lost, authentication or vhost refused, TLS
 //     failure, the exchange does not exist (the broker closes the channel
 //     with 404): sinks.Unavailable (the relay pauses the sink). These are
-//     setup errors that affect every event.
+//     setup errors that affect every event. The error names the exchange;
+//     a rendered exchange found missing is then checked by Check too (at
+//     most maxMissing of them), so /readyz names it until it exists.
 //   - a message returned as unroutable (mandatory), a message the broker
-//     refused as too large (channel closed with 406), or one refused by
-//     encode (see Messages): permanent.
+//     refused as too large (channel closed with 406), one refused by
+//     encode (see Messages), or an exchange template that fails on the
+//     event (a header it names is missing) or renders over 255 bytes:
+//     permanent.
 //   - a negative confirm (a queue full with x-overflow: reject-publish, a
 //     broker-side failure), no confirm within confirm_timeout: retryable,
 //     on that event only.
 package rabbitmq
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,6 +104,10 @@ import (
 // connectTimeout bounds dialling and the AMQP handshake when the caller's
 // context leaves more time.
 const connectTimeout = 5 * time.Second
+
+// maxMissing bounds the rendered exchanges remembered as missing for Check:
+// names come from event data, so there may be any number of them.
+const maxMissing = 16
 
 // ErrClosed is reported (as Unavailable) by Publish after Close.
 var ErrClosed = errors.New("rabbitmq: sink closed")
@@ -117,6 +128,8 @@ type Sink struct {
 	shown   string // the URL with its user information redacted
 	amqpCfg amqp.Config
 	logger  *slog.Logger
+	// exchange is cfg.Exchange parsed.
+	exchange exchangeTemplate
 
 	mu     sync.Mutex // guards conn and closed
 	conn   *amqp.Connection
@@ -124,6 +137,11 @@ type Sink struct {
 
 	idleMu sync.Mutex // guards idle
 	idle   []*pubChannel
+
+	missingMu sync.Mutex // guards missing
+	// missing are rendered exchanges a publish found missing, oldest
+	// first, which Check checks until they exist.
+	missing []string
 }
 
 // pubChannel is a channel in confirm mode with its notifications. One
@@ -154,7 +172,11 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{name: name, cfg: cfg, url: cfg.URL.Reveal(), shown: sinks.RedactURL(cfg.URL.Reveal()), logger: logger}
+	exchange, err := parseExchange(cfg.Exchange)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{name: name, cfg: cfg, url: cfg.URL.Reveal(), shown: sinks.RedactURL(cfg.URL.Reveal()), logger: logger, exchange: exchange}
 	s.amqpCfg = amqp.Config{
 		TLSClientConfig: tlsCfg,
 		// The connection name shows in the management UI and lets an
@@ -275,30 +297,67 @@ func (pc *pubChannel) closeReason() error {
 	return amqp.ErrClosed
 }
 
-// Check implements sinks.Checker: it connects (or reuses the connection) and,
-// when the sink publishes to a named exchange, checks that the exchange
-// exists.
+// Check implements sinks.Checker: it connects (or reuses the connection) and
+// checks that the exchanges it knows of exist: a fixed named exchange, and
+// the rendered exchanges publishes found missing (a templated exchange is
+// known only once an event renders it). One found to exist is forgotten.
 func (s *Sink) Check(ctx context.Context) error {
 	conn, err := s.connection(ctx)
 	if err != nil {
 		return err
 	}
-	if s.cfg.Exchange == "" {
-		return nil
+	s.missingMu.Lock()
+	names := slices.Clone(s.missing)
+	s.missingMu.Unlock()
+	if !s.exchange.templated() && s.exchange.fixed != "" {
+		names = append(names, s.exchange.fixed)
 	}
-	return onChannel(ctx, conn, func(ch *amqp.Channel) error {
-		if err := ch.ExchangeDeclarePassive(s.cfg.Exchange, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
-			return classify(fmt.Errorf("exchange %q on %s: %w", s.cfg.Exchange, s.shown, err))
+	var errs []error
+	for _, name := range names {
+		// A failed passive declare closes its channel: one channel each.
+		err := onChannel(ctx, conn, func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(name, amqp.ExchangeDirect, false, false, false, false, nil)
+		})
+		if err != nil {
+			errs = append(errs, classify(fmt.Errorf("exchange %q on %s: %w", name, s.shown, err)))
+			continue
 		}
-		return nil
-	})
+		s.found(name)
+	}
+	return errors.Join(errs...)
+}
+
+// noteMissing remembers a rendered exchange the broker said does not exist,
+// for Check, forgetting the oldest beyond maxMissing.
+func (s *Sink) noteMissing(exchange string) {
+	if !s.exchange.templated() {
+		return // Check checks the fixed exchange anyway
+	}
+	s.missingMu.Lock()
+	defer s.missingMu.Unlock()
+	if slices.Contains(s.missing, exchange) {
+		return
+	}
+	if len(s.missing) >= maxMissing {
+		s.missing = slices.Delete(s.missing, 0, 1)
+	}
+	s.missing = append(s.missing, exchange)
+}
+
+// found forgets exchange as missing.
+func (s *Sink) found(exchange string) {
+	s.missingMu.Lock()
+	defer s.missingMu.Unlock()
+	if i := slices.Index(s.missing, exchange); i >= 0 {
+		s.missing = slices.Delete(s.missing, i, i+1)
+	}
 }
 
 // CheckDestinations implements sinks.DestinationChecker. It checks that each
 // routing key fits AMQP and, on the default exchange (where a routing key
-// names a queue), that the queue exists. Behind a named exchange the routes
-// depend on bindings the broker does not list per key; Check checks the
-// exchange, and mandatory reports unroutable messages.
+// names a queue), that the queue exists. Behind a named or templated
+// exchange the routes depend on bindings the broker does not list per key;
+// Check checks the exchange, and mandatory reports unroutable messages.
 func (s *Sink) CheckDestinations(ctx context.Context, destinations ...string) error {
 	conn, err := s.connection(ctx)
 	if err != nil {
@@ -310,7 +369,7 @@ func (s *Sink) CheckDestinations(ctx context.Context, destinations ...string) er
 			errs = append(errs, fmt.Errorf("sink %s: routing key %.40q… is %d bytes, over AMQP's limit of %d", s.name, d, len(d), maxShortString))
 			continue
 		}
-		if s.cfg.Exchange != "" {
+		if s.exchange.templated() || s.exchange.fixed != "" {
 			continue
 		}
 		// A failed passive declare closes its channel: one channel each.
@@ -379,6 +438,7 @@ type batch struct {
 	returns  <-chan amqp.Return
 	failed   map[string]bool        // keys with a failed event so far
 	returned map[string]amqp.Return // returned messages by message id
+	render   bytes.Buffer           // the exchange template's output
 	// closeErr is the error of the events left unconfirmed once the channel
 	// closed, after the first of them took the close's own error.
 	closeErr error
@@ -391,8 +451,9 @@ type batch struct {
 
 // pending is one published message awaiting its confirm.
 type pending struct {
-	i  int
-	dc *amqp.DeferredConfirmation
+	i        int
+	exchange string
+	dc       *amqp.DeferredConfirmation
 }
 
 func (b *batch) run(ctx context.Context) {
@@ -410,12 +471,17 @@ func (b *batch) run(ctx context.Context) {
 		if b.blocked(i) {
 			continue
 		}
+		exchange, err := s.exchange.render(e, &b.render)
+		if err != nil {
+			b.fail(i, err)
+			continue
+		}
 		msg, err := encode(e, s.cfg)
 		if err != nil {
 			b.fail(i, err)
 			continue
 		}
-		dc, err := b.ch.PublishWithDeferredConfirmWithContext(ctx, s.cfg.Exchange, e.Destination, *s.cfg.Mandatory, false, msg)
+		dc, err := b.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, e.Destination, *s.cfg.Mandatory, false, msg)
 		if err != nil {
 			// A publish fails only when the frame cannot be written: the
 			// channel or connection is gone, for this event and the rest.
@@ -423,7 +489,7 @@ func (b *batch) run(ctx context.Context) {
 			b.failFrom(i, classify(err))
 			break
 		}
-		window = append(window, pending{i, dc})
+		window = append(window, pending{i, exchange, dc})
 	}
 	for _, p := range window {
 		b.await(ctx, p)
@@ -521,13 +587,28 @@ func (b *batch) settle(p pending) {
 	// The broker handles a channel's messages in order and acknowledged
 	// the earlier ones, so the first unconfirmed message is the one it
 	// closed the channel for; the later ones were not handled.
-	err := classify(fmt.Errorf("the broker closed the channel: %w", b.pc.closeReason()))
+	reason := b.pc.closeReason()
+	var amqpErr *amqp.Error
+	if errors.As(reason, &amqpErr) && amqpErr.Code == amqp.NotFound {
+		// On basic.publish the one thing that can be missing is the
+		// exchange.
+		b.sink.noteMissing(p.exchange)
+	}
+	err := classify(fmt.Errorf("the broker closed the channel on the message to %s: %w", describeExchange(p.exchange), reason))
 	b.fail(p.i, err)
 	if sinks.IsUnavailable(err) {
 		b.closeErr = err
 	} else {
 		b.closeErr = fmt.Errorf("not confirmed: the channel closed because of an earlier message (%w)", errors.Unwrap(err))
 	}
+}
+
+// describeExchange names an exchange in an error.
+func describeExchange(exchange string) string {
+	if exchange == "" {
+		return "the default exchange"
+	}
+	return fmt.Sprintf("exchange %q", exchange)
 }
 
 // fail records err for event i and marks its key failed.

@@ -5,6 +5,7 @@
 //	go run ./examples/orders/demo -short     # 100 orders and a 1s outage
 //	go run ./examples/orders/demo -json      # the summary as JSON
 //	go run ./examples/orders/demo -sinks redis,rabbitmq,mqtt   # also to servers running here
+//	go run ./examples/orders/demo -sinks pubsub,sqs,sns        # Pub/Sub in-process, SQS/SNS on moto_server
 //
 // An order service commits orders and their events in one transaction, and
 // a relay fans them out to an embedded NATS JetStream server, a webhook
@@ -12,8 +13,9 @@
 // retried) and refuses a few events (HTTP 400, dead-lettered); the demo then
 // fixes it, replays the dead letters and prints what reached every sink,
 // with commit-to-publish latencies. -sinks adds Redis Streams, RabbitMQ
-// and MQTT sinks whose servers already run, each read back by a consumer of
-// the demo's own.
+// and MQTT sinks whose servers already run, a Pub/Sub sink to Google's
+// in-process fake, and SQS and SNS sinks to a moto_server the demo starts,
+// each read back by a consumer of the demo's own.
 //
 // It lives here, not in the relay binary, because its embedded servers (and
 // the Docker client that starts PostgreSQL when none answers) have no place
@@ -68,9 +70,12 @@ needed: -database-url, else DATABASE_URL, else
 %s. When none answers and a Docker engine does,
 a throwaway PostgreSQL container is started. The demo works in its own
 schema (-schema, default %s), dropped before and after the run unless
--keep. -sinks adds sinks whose servers must already run: Redis (REDIS_URL,
-else %s), RabbitMQ (RABBITMQ_URL, else %s) and MQTT
-(MQTT_URL, else %s).
+-keep. -sinks adds sinks: Redis (REDIS_URL, else %s),
+RabbitMQ (RABBITMQ_URL, else %s) and MQTT (MQTT_URL,
+else %s), whose servers must already run; pubsub, to
+Google's Pub/Sub fake run in this process; sqs and sns, to AWS_ENDPOINT_URL
+(moto, LocalStack) or else a moto_server the demo starts (pip install
+'moto[server]').
 
 Flags:
 `, demo.DefaultDatabaseURL, demo.DefaultSchema, demo.DefaultRedisURL, demo.DefaultRabbitMQURL, demo.DefaultMQTTURL)
@@ -85,7 +90,7 @@ Flags:
 	fs.BoolVar(&opts.Keep, "keep", false, "keep the demo schema (orders, outbox) at the end")
 	fs.DurationVar(&opts.Timeout, "timeout", 3*time.Minute, "give up after this long")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON (durations in milliseconds, in fields ending _ms)")
-	fs.StringVar(&brokers, "sinks", "", "also deliver orders.* to these running servers, comma-separated: "+strings.Join(demo.BrokerSinks, ","))
+	fs.StringVar(&brokers, "sinks", "", "also deliver orders.* to these sinks, comma-separated: "+strings.Join(demo.BrokerSinks, ","))
 	fs.BoolVar(&verbose, "v", false, "print the relay's warnings (each failed delivery)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -104,6 +109,7 @@ Flags:
 		opts.Brokers = strings.Split(brokers, ",")
 	}
 	opts.RedisURL, opts.RabbitMQURL, opts.MQTTURL = os.Getenv("REDIS_URL"), os.Getenv("RABBITMQ_URL"), os.Getenv("MQTT_URL")
+	opts.AWSEndpoint = os.Getenv("AWS_ENDPOINT_URL")
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "outage" && opts.Outage == 0 {
 			opts.Outage = -1 // asked for no outage

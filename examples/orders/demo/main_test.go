@@ -127,12 +127,18 @@ func TestDemoBinaryErrors(t *testing.T) {
 		t.Fatalf("--orders many: exit %d, stderr:\n%s", code, stderr)
 	}
 	stderr, code = run([]string{"DATABASE_URL=" + pgtest.URL(t)}, "--sinks", "redis,kafka")
-	if code != 1 || !strings.Contains(stderr, `sinks: unknown sink "kafka" (known: redis, rabbitmq, mqtt)`) {
+	if code != 1 || !strings.Contains(stderr, `sinks: unknown sink "kafka" (known: redis, rabbitmq, mqtt, pubsub, sqs, sns)`) {
 		t.Fatalf("--sinks redis,kafka: exit %d, stderr:\n%s", code, stderr)
 	}
 	stderr, code = run([]string{"DATABASE_URL=" + pgtest.URL(t), "REDIS_URL=redis://127.0.0.1:1/0"}, "--short", "--sinks", "redis", "--schema", pgtest.UniqueName(demo.DefaultSchema))
 	if code != 1 || !strings.Contains(stderr, "redis sink: no Redis at redis://127.0.0.1:1/0") || !strings.Contains(stderr, "leave redis out") {
 		t.Fatalf("--sinks redis with no Redis: exit %d, stderr:\n%s", code, stderr)
+	}
+	// Without moto_server (a PATH without Python's shims) and no
+	// AWS_ENDPOINT_URL, the demo says what to install.
+	stderr, code = run([]string{"DATABASE_URL=" + pgtest.URL(t), "PATH=/usr/bin:/bin", "AWS_ENDPOINT_URL="}, "--short", "--sinks", "sqs", "--schema", pgtest.UniqueName(demo.DefaultSchema))
+	if code != 1 || !strings.Contains(stderr, "sqs sink: moto_server is not on PATH: install it (pip install 'moto[server]')") {
+		t.Fatalf("--sinks sqs without moto_server: exit %d, stderr:\n%s", code, stderr)
 	}
 	stderr, code = run(nil, "extra")
 	if code != 2 || !strings.Contains(stderr, `unexpected argument "extra"`) {
@@ -175,5 +181,52 @@ func TestReadmeDemoWithBrokerSinks(t *testing.T) {
 		if !strings.Contains(stderr, "demo: "+name+" sink, delivering to ") {
 			t.Errorf("the demo did not say where the %s sink delivers:\n%s", name, stderr)
 		}
+	}
+}
+
+// TestReadmeDemoWithCloudSinks runs the README's demo command with --sinks
+// pubsub,sqs,sns: Pub/Sub goes to the fake the demo runs in its process,
+// SQS and SNS to the moto_server it starts (AWS_ENDPOINT_URL unset). Each
+// must receive every orders.* event, as the demo's consumers read them
+// back, and the summary must add up.
+func TestReadmeDemoWithCloudSinks(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("moto_server"); err != nil {
+		msg := "moto_server is not on PATH (pip install 'moto[server]'): " + err.Error()
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	env := []string{"DATABASE_URL=" + pgtest.URL(t), "AWS_ENDPOINT_URL="}
+	schema := pgtest.UniqueName(demo.DefaultSchema)
+	stdout, stderr, code := goCommand(t, env,
+		"run", "./examples/orders/demo", "--short", "--json", "--sinks", "pubsub,sqs,sns", "--schema", schema)
+	if code != 0 {
+		t.Fatalf("go run ./examples/orders/demo --short --json --sinks pubsub,sqs,sns: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	var s demo.Summary
+	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+		t.Fatalf("summary is not JSON: %v\n%s", err, stdout)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatalf("summary does not add up: %v\n%s", err, stdout)
+	}
+	routed := map[string]int{"nats": 200, "webhook": 200, "email": 100, "pubsub": 200, "sqs": 200, "sns": 200}
+	if len(s.Sinks) != len(routed) {
+		t.Fatalf("sinks in the summary: %+v, want %v", s.Sinks, routed)
+	}
+	for _, k := range s.Sinks {
+		if k.Published != routed[k.Name] || k.Routed != routed[k.Name] || k.Latency.P50 <= 0 {
+			t.Fatalf("sink %s: %+v", k.Name, k)
+		}
+	}
+	for _, name := range []string{"pubsub", "sqs", "sns"} {
+		if !strings.Contains(stderr, "demo: "+name+" sink, delivering to ") {
+			t.Errorf("the demo did not say where the %s sink delivers:\n%s", name, stderr)
+		}
+	}
+	if !strings.Contains(stderr, "demo: moto_server http://127.0.0.1:") {
+		t.Errorf("the demo did not say it started moto_server:\n%s", stderr)
 	}
 }

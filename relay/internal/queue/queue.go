@@ -7,7 +7,11 @@
 // order, with no time of their own.
 package queue
 
-import "github.com/heraldhq/herald/migrations"
+import (
+	"strings"
+
+	"github.com/heraldhq/herald/migrations"
+)
 
 // Predicates on a delivery row, written exactly as in the indexes of
 // migration 005 so that the planner matches them. The alias is "d".
@@ -18,6 +22,10 @@ const (
 	// Head: the delivery is the head of its key's queue.
 	Head = `(d.state = 'ready' OR d.stops_key)`
 )
+
+// On returns the predicate p (Member or Head) on the alias a instead of d,
+// for a statement that reads two rows of the table at once.
+func On(p, a string) string { return strings.ReplaceAll(p, "d.", a+".") }
 
 // Notification is the payload of the NOTIFY that tells relays the queues
 // changed under them (dead letters replayed or purged): they look at their

@@ -22,19 +22,23 @@ import (
 	"github.com/heraldhq/herald/sinks/redis"
 )
 
-// Sinks the demo adds on request (Options.Brokers). Unlike NATS, the
-// webhook and SMTP, their servers cannot run inside the demo's process, so
-// the demo uses servers already running and fails, naming the server, when
-// one does not answer.
+// Sinks the demo adds on request (Options.Brokers). Redis, RabbitMQ and
+// MQTT servers cannot run inside the demo's process, so the demo uses
+// servers already running and fails, naming the server, when one does not
+// answer. Pub/Sub runs in the process (Google's pstest fake); SQS and SNS
+// need moto_server, which the demo starts (or Options.AWSEndpoint).
 const (
 	SinkRedis    = "redis"
 	SinkRabbitMQ = "rabbitmq"
 	SinkMQTT     = "mqtt"
+	SinkPubSub   = "pubsub"
+	SinkSQS      = "sqs"
+	SinkSNS      = "sns"
 )
 
 // BrokerSinks are the values Options.Brokers accepts, in the order their
 // sinks are added.
-var BrokerSinks = []string{SinkRedis, SinkRabbitMQ, SinkMQTT}
+var BrokerSinks = []string{SinkRedis, SinkRabbitMQ, SinkMQTT, SinkPubSub, SinkSQS, SinkSNS}
 
 // The servers Options.Brokers uses when their URL is not set.
 const (
@@ -56,10 +60,11 @@ type brokerPeer struct {
 // startBroker connects a consumer for the named sink and creates the
 // sink, publishing where the consumer reads: a stream, a queue or a topic
 // named after run, which is unique to this run.
-func startBroker(ctx context.Context, name string, o Options, run string) (*brokerPeer, error) {
+func (d *run) startBroker(ctx context.Context, name string, run string) (*brokerPeer, error) {
 	var (
 		p   *brokerPeer
 		err error
+		o   = d.opts
 	)
 	switch name {
 	case SinkRedis:
@@ -68,6 +73,12 @@ func startBroker(ctx context.Context, name string, o Options, run string) (*brok
 		p, err = startRabbitMQ(o, run)
 	case SinkMQTT:
 		p, err = startMQTT(ctx, o, run)
+	case SinkPubSub:
+		p, err = startPubSub(ctx, o, run)
+	case SinkSQS:
+		p, err = d.startSQS(ctx, run)
+	case SinkSNS:
+		p, err = d.startSNS(ctx, run)
 	default:
 		return nil, fmt.Errorf("sinks: unknown sink %q (known: %s)", name, strings.Join(BrokerSinks, ", "))
 	}

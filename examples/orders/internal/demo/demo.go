@@ -101,13 +101,17 @@ type Options struct {
 	// Logger receives the relay's and the order service's logs. Defaults to
 	// none.
 	Logger *slog.Logger
-	// Brokers adds sinks whose servers run outside the demo (BrokerSinks:
-	// redis, rabbitmq, mqtt), routed orders.* like NATS and the webhook.
+	// Brokers adds sinks of the other types (BrokerSinks: redis, rabbitmq,
+	// mqtt, pubsub, sqs, sns), routed orders.* like NATS and the webhook.
 	// Defaults to none: the demo then needs only PostgreSQL.
 	Brokers []string
 	// RedisURL, RabbitMQURL and MQTTURL are the servers of Brokers.
 	// Default to DefaultRedisURL, DefaultRabbitMQURL and DefaultMQTTURL.
 	RedisURL, RabbitMQURL, MQTTURL string
+	// AWSEndpoint is the SQS/SNS-compatible server of the sqs and sns
+	// sinks (moto, LocalStack), which must accept any credentials.
+	// Defaults to a moto_server the demo starts (it must be on PATH).
+	AWSEndpoint string
 }
 
 func (o Options) withDefaults() Options {
@@ -223,10 +227,12 @@ type run struct {
 	mail *mailPeer
 	// brokers are the sinks of Options.Brokers, in that order.
 	brokers []*brokerPeer
-	rl      *relay.Relay
-	obs     *observer
-	svc     *http.Server
-	base    string // the order service's URL
+	// aws is the SQS/SNS server, once the sqs or sns sink asked for it.
+	aws  *awsServer
+	rl   *relay.Relay
+	obs  *observer
+	svc  *http.Server
+	base string // the order service's URL
 
 	commitMu sync.Mutex
 	commits  map[string]time.Time // event id → commit time
@@ -327,7 +333,7 @@ func (d *run) setup(ctx context.Context) error {
 		d.nats.url(), d.nats.stream, d.hook.url(), d.mail.srv.Port()))
 	runID := newRunID()
 	for _, name := range d.opts.Brokers {
-		b, err := startBroker(ctx, name, d.opts, runID)
+		b, err := d.startBroker(ctx, name, runID)
 		if err != nil {
 			return err
 		}

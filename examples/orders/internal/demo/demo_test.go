@@ -177,7 +177,7 @@ func TestDemoOptionErrors(t *testing.T) {
 		{demo.Options{Outage: 2 * time.Minute}, "outage:"},
 		{demo.Options{DatabaseURL: "postgres://h/d?sslmode=bogus"}, "database url:"},
 		{demo.Options{Schema: `herald_demo"x`}, "database.schema"},
-		{demo.Options{Brokers: []string{"kafka"}}, `sinks: unknown sink "kafka" (known: redis, rabbitmq, mqtt)`},
+		{demo.Options{Brokers: []string{"kafka"}}, `sinks: unknown sink "kafka" (known: redis, rabbitmq, mqtt, pubsub, sqs, sns)`},
 		{demo.Options{Brokers: []string{"redis", "mqtt", "redis"}}, "sinks: redis named twice"},
 	}
 	for _, c := range cases {
