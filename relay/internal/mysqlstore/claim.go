@@ -85,12 +85,12 @@ func (s *Store) claimQueues(ctx context.Context, p store.ClaimParams) ([]store.C
 		return nil, nil
 	}
 	parts = parts[:0]
-	args = []any{p.EventBytes, p.EventBytes}
+	args = []any{p.EventBytes, p.EventBytes, p.EventBytes}
 	for i, h := range heads {
 		parts = append(parts, s.sql.claimFollow)
 		args = append(args, h.sinkAt, i, h.sink, h.seq, h.sinkAt, i, h.key, h.sink, h.seq, p.QueueRows)
 	}
-	args = append(args, p.EventBytes, p.QueueRows, p.Bytes)
+	args = append(args, p.QueueRows, p.Bytes)
 	stmt := strings.Replace(s.sql.claimQueue, seqsMarker, strings.Join(parts, "\nUNION ALL\n"), 1)
 	return s.readClaimed(ctx, stmt, args, len(heads), true)
 }

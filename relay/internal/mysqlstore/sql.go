@@ -133,7 +133,7 @@ UNION ALL
 		// The queue claim around the union of claimFollow parts (at the
 		// marker): at most rows per sink, then payloads up to a budget of
 		// bytes over all sinks in order. Parameters: max event bytes
-		// twice, (the parts), max event bytes, rows, bytes.
+		// three times, (the parts), rows, bytes.
 		claimQueue: `SELECT d.seq, d.id, d.topic, d.` + "`key`" + `, ` + payloads("d") + `, d.content_type, d.headers, d.created_at,
        d.max_attempts, d.lane, CASE WHEN d.sink = '' THEN ` + queuedOn("d") + ` END, d.payload_bytes, d.sink, d.attempts,
        d.state = 'ready',
