@@ -108,37 +108,63 @@ func pausedJSON(paused []string) (string, error) {
 
 // Heartbeat implements store.Store.
 func (s *Store) Heartbeat(ctx context.Context, owner, config string, lease time.Duration, paused []string) error {
-	p, err := pausedJSON(paused)
-	if err == nil {
-		_, err = s.db.ExecContext(ctx, s.sql.heartbeat, owner, micros(lease), config, config, owner, p)
-	}
+	err := s.inTx(ctx, func(tx *sql.Tx) error { return s.heartbeat(ctx, tx, owner, config, lease, paused) })
 	if err != nil {
 		return fmt.Errorf("announcing relay %s: %w", owner, err)
 	}
 	return nil
 }
 
-// Renew implements store.Store, in four statements (MySQL has no
-// UPDATE ... RETURNING).
+func (s *Store) heartbeat(ctx context.Context, tx *sql.Tx, owner, config string, lease time.Duration, paused []string) error {
+	p, err := pausedJSON(paused)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, s.sql.heartbeat, owner, micros(lease), config, config, owner, p)
+	return err
+}
+
+// Renew implements store.Store: one transaction of four statements (MySQL
+// has no UPDATE ... RETURNING).
 func (s *Store) Renew(ctx context.Context, owner, config string, lease time.Duration, paused []string) (store.LaneView, error) {
 	var v store.LaneView
-	if err := s.Heartbeat(ctx, owner, config, lease, paused); err != nil {
-		return v, err
-	}
-	var current int64
-	if err := s.db.QueryRowContext(ctx, s.sql.live, owner, config, config).Scan(&v.Live, &v.Rank, &current); err != nil {
-		return v, fmt.Errorf("renewing lanes: reading the live relays: %w", err)
-	}
-	v.Current = current == 1
-	if _, err := s.db.ExecContext(ctx, s.sql.renew, micros(lease), owner); err != nil {
-		return v, fmt.Errorf("renewing lanes: %w", err)
-	}
-	held, err := s.laneMask(ctx, s.db, s.sql.owned, owner)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		v = store.LaneView{}
+		if err := s.heartbeat(ctx, tx, owner, config, lease, paused); err != nil {
+			return err
+		}
+		var current int64
+		if err := tx.QueryRowContext(ctx, s.sql.live, owner, config, config).Scan(&v.Live, &v.Rank, &current); err != nil {
+			return fmt.Errorf("reading the live relays: %w", err)
+		}
+		v.Current = current == 1
+		if _, err := tx.ExecContext(ctx, s.sql.renew, micros(lease), owner); err != nil {
+			return err
+		}
+		var err error
+		v.Held, err = s.laneMask(ctx, tx, s.sql.owned, owner)
+		return err
+	})
 	if err != nil {
-		return v, fmt.Errorf("renewing lanes: %w", err)
+		return store.LaneView{}, fmt.Errorf("renewing the lanes of %s: %w", owner, err)
 	}
-	v.Held = held
 	return v, nil
+}
+
+// exec runs one statement in a transaction of its own, at READ COMMITTED
+// like every write of the relay (the session's level may be InnoDB's
+// REPEATABLE READ), and returns the rows it affected.
+func (s *Store) exec(ctx context.Context, stmt string, args ...any) (int64, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, stmt, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
 }
 
 // queryer is a *sql.DB or a *sql.Tx.
@@ -166,7 +192,7 @@ func (s *Store) laneMask(ctx context.Context, q queryer, query string, args ...a
 
 // ReleaseLanes implements store.Store.
 func (s *Store) ReleaseLanes(ctx context.Context, owner string, mask uint64) error {
-	if _, err := s.db.ExecContext(ctx, s.sql.release, append([]any{owner}, lanes(mask)...)...); err != nil {
+	if _, err := s.exec(ctx, s.sql.release, append([]any{owner}, lanes(mask)...)...); err != nil {
 		return fmt.Errorf("releasing lanes: %w", err)
 	}
 	return nil
@@ -239,7 +265,7 @@ func (s *Store) OwnerLive(ctx context.Context, owner string) (time.Time, error) 
 
 // RemoveDeparted implements store.Store.
 func (s *Store) RemoveDeparted(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, s.sql.cleanRelays); err != nil {
+	if _, err := s.exec(ctx, s.sql.cleanRelays); err != nil {
 		return fmt.Errorf("removing departed relays: %w", err)
 	}
 	return nil
@@ -247,11 +273,11 @@ func (s *Store) RemoveDeparted(ctx context.Context) error {
 
 // PurgeDone implements store.Store.
 func (s *Store) PurgeDone(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	res, err := s.db.ExecContext(ctx, s.sql.purgeDone, micros(olderThan), limit)
+	n, err := s.exec(ctx, s.sql.purgeDone, micros(olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("removing delivered events older than %s: %w", olderThan, err)
 	}
-	return res.RowsAffected()
+	return n, nil
 }
 
 // SinksWithDeliveries implements store.Store.

@@ -18,16 +18,18 @@ func inMask(lane string) string {
 }
 
 // outcomeTable reads a batch of deliveries' outcomes from one JSON
-// parameter (an array of objects, see outcomeRows), so that a statement's
+// parameter (an array of objects, see outcomeRow), so that a statement's
 // text does not depend on the batch's size and no value is spliced into it.
+// JSON_TABLE cuts a value longer than its column silently: the sink's is
+// longer than the table's, so that the table's refuses it (a DataError).
 const outcomeTable = `JSON_TABLE(?, '$[*]' COLUMNS (
-    seq BIGINT PATH '$.seq', sink VARCHAR(255) PATH '$.sink', state VARCHAR(8) PATH '$.state',
+    seq BIGINT PATH '$.seq', sink VARCHAR(1024) PATH '$.sink', state VARCHAR(8) PATH '$.state',
     stops BOOLEAN PATH '$.stops', attempts INT PATH '$.attempts', next_at DATETIME(6) PATH '$.next_at',
     last_error LONGTEXT PATH '$.last_error', taken BOOLEAN PATH '$.taken'))`
 
 // queueTable reads (key, sink) pairs from one JSON parameter.
 const queueTable = `JSON_TABLE(?, '$[*]' COLUMNS (
-    k VARBINARY(1025) PATH '$.key', sink VARCHAR(255) PATH '$.sink'))`
+    k VARBINARY(1025) PATH '$.key', sink VARCHAR(1024) PATH '$.sink'))`
 
 // eventColumns are the columns an event is read with, from the outbox (alias
 // o) or a delivery.
