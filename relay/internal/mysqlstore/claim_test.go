@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -180,5 +179,3 @@ func sorted(s []string) []string {
 	slices.Sort(s)
 	return s
 }
-
-var _ = strings.Join
