@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-
-	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 	"github.com/heraldhq/herald/migrations/mysqltest"
@@ -45,16 +42,10 @@ func setup(t testing.TB) *bundle {
 // relayDB opens a pool as a relay opens it.
 func (b *bundle) relayDB(t testing.TB) *sql.DB {
 	t.Helper()
-	cfg, err := mysqlurl.Config(b.url)
+	db, err := Open(b.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	Configure(cfg)
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { db.Close() })
 	return db

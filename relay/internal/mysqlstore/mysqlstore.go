@@ -22,6 +22,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/heraldhq/herald/internal/mysqlurl"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 	"github.com/heraldhq/herald/relay/internal/store"
 )
@@ -80,6 +81,21 @@ func Configure(cfg *mysql.Config) {
 	if _, ok := cfg.Params["innodb_lock_wait_timeout"]; !ok {
 		cfg.Params["innodb_lock_wait_timeout"] = "1"
 	}
+}
+
+// Open returns a *sql.DB on a mysql:// URL with Configure's settings
+// (connections are opened lazily). Errors never quote the URL.
+func Open(url string) (*sql.DB, error) {
+	cfg, err := mysqlurl.Config(url)
+	if err != nil {
+		return nil, err
+	}
+	Configure(cfg)
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(conn), nil
 }
 
 // CheckSchema implements store.Store.
