@@ -174,7 +174,7 @@ const dateTime = "2006-01-02 15:04:05.000000"
 // execOutcomes runs stmt (parameters: outcomes, lanes) on the deliveries
 // of d, those of the outbox rows in only when only is not nil, marking as
 // taken those in taken.
-func (s *Store) execOutcomes(ctx context.Context, tx *sql.Tx, stmt string, d *store.Deliveries, only []int64, taken map[[2]any]bool, fence []any) error {
+func (s *Store) execOutcomes(ctx context.Context, tx *sql.Tx, stmt string, d *store.Deliveries, only []int64, taken map[deliveryKey]bool, fence []any) error {
 	rows := make([]outcomeRow, 0, d.Len())
 	for i := range d.Len() {
 		if only != nil {
@@ -190,7 +190,7 @@ func (s *Store) execOutcomes(ctx context.Context, tx *sql.Tx, stmt string, d *st
 		if e := d.LastErrors[i]; e.Valid {
 			r.LastError = &e.String
 		}
-		r.Taken = taken[[2]any{r.Sink, r.Seq}]
+		r.Taken = taken[deliveryKey{r.Sink, r.Seq}]
 		rows = append(rows, r)
 	}
 	if len(rows) == 0 {
@@ -208,9 +208,15 @@ func (s *Store) execRows(ctx context.Context, tx *sql.Tx, stmt string, rows []ou
 	return err
 }
 
+// deliveryKey is a delivery's primary key.
+type deliveryKey struct {
+	sink string
+	seq  int64
+}
+
 // takenHeads returns the deliveries of heads (sink, seq) that are to be a
 // head while their queue has another head.
-func (s *Store) takenHeads(ctx context.Context, tx *sql.Tx, heads *store.Deliveries) (map[[2]any]bool, error) {
+func (s *Store) takenHeads(ctx context.Context, tx *sql.Tx, heads *store.Deliveries) (map[deliveryKey]bool, error) {
 	rows := make([]outcomeRow, heads.Len())
 	for i := range rows {
 		rows[i] = outcomeRow{Seq: heads.Seqs[i], Sink: heads.Sinks[i], State: heads.States[i], Stops: heads.Stops[i]}
@@ -224,14 +230,14 @@ func (s *Store) takenHeads(ctx context.Context, tx *sql.Tx, heads *store.Deliver
 		return nil, err
 	}
 	defer res.Close()
-	taken := map[[2]any]bool{}
+	taken := map[deliveryKey]bool{}
 	for res.Next() {
 		var sink string
 		var seq int64
 		if err := res.Scan(&sink, &seq); err != nil {
 			return nil, err
 		}
-		taken[[2]any{sink, seq}] = true
+		taken[deliveryKey{sink, seq}] = true
 	}
 	return taken, res.Err()
 }
