@@ -1,6 +1,10 @@
--- The statements of the MySQL store that take row locks, as the store will
--- run them (the store's package embeds its own copy; the tests in this
--- directory run this one, see claimlock_test.go). Each is a text/template
+-- The statements of the MySQL store that take row locks, as the foundation
+-- measured them (the tests in this directory run them, see
+-- claimlock_test.go). The store (relay/internal/mysqlstore, sql.go) runs
+-- its own versions of these: the claim with byte budgets and queue
+-- lookups, the fence over every lane the owner holds, the lane mask in
+-- lock_rows; relay/internal/mysqlstore's TestInsertNeverWaitsOnTheRelay
+-- checks them as this directory's tests check these. Each is a text/template
 -- over the tables' quoted names, with ? parameters. Each statement starts
 -- at a line "-- name: NAME" and runs to the next.
 --

@@ -292,4 +292,8 @@ type StatKey struct {
 // Maintenance says what MaintainTables did, naming the tables.
 type Maintenance struct {
 	Vacuumed, Analyzed []string
+	// HistoryLength is InnoDB's history list length on MySQL (undo records
+	// not yet purged: claims slow down as it grows), 0 on PostgreSQL or
+	// when it cannot be read.
+	HistoryLength int64
 }
