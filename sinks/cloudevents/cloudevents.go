@@ -198,6 +198,24 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// ValidateFormat validates the format setting of a sink whose formats are
+// herald (the default, also "") and cloudevents, with c its cloudevents
+// block: the block is refused unless the format is cloudevents, and
+// validated when it is.
+func (c Config) ValidateFormat(format string) error {
+	switch format {
+	case "", "herald":
+		if c != (Config{}) {
+			return errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)")
+		}
+		return nil
+	case "cloudevents":
+		return c.Validate()
+	default:
+		return fmt.Errorf("format: %q must be herald or cloudevents", format)
+	}
+}
+
 // Structured reports whether c selects the structured mode.
 func (c Config) Structured() bool { return c.Mode == ModeStructured }
 

@@ -317,6 +317,29 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+func TestConfigValidateFormat(t *testing.T) {
+	t.Parallel()
+	block := cloudevents.Config{Source: "/s"}
+	for _, tc := range []struct {
+		format string
+		cfg    cloudevents.Config
+		want   string
+	}{
+		{"", cloudevents.Config{}, ""},
+		{"herald", cloudevents.Config{}, ""},
+		{"cloudevents", block, ""},
+		{"herald", block, "cloudevents: set, but format is not cloudevents"},
+		{"", block, "cloudevents: set, but format is not cloudevents"},
+		{"cloudevents", cloudevents.Config{}, "cloudevents.source: required"},
+		{"avro", cloudevents.Config{}, `format: "avro" must be herald or cloudevents`},
+	} {
+		err := tc.cfg.ValidateFormat(tc.format)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("format %q, %+v: ValidateFormat() = %v, want %q", tc.format, tc.cfg, err, tc.want)
+		}
+	}
+}
+
 func jsonEqual(a, b map[string]any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)

@@ -234,17 +234,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("allow_topic_prefixes[%d]: %w", i, err))
 		}
 	}
-	switch c.Format {
-	case "", FormatHerald:
-		if c.CloudEvents != (cloudevents.Config{}) {
-			errs = append(errs, errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)"))
-		}
-	case FormatCloudEvents:
-		if err := c.CloudEvents.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-	default:
-		errs = append(errs, fmt.Errorf("format: %q must be herald or cloudevents", c.Format))
+	if err := c.CloudEvents.ValidateFormat(string(c.Format)); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		errs = append(errs, err)

@@ -143,17 +143,8 @@ func (c Config) Validate() error {
 	if c.KeepAlive < 0 || c.KeepAlive > 65535*time.Second {
 		return fmt.Errorf("keep_alive: %s must be between 0 and 65535s", c.KeepAlive)
 	}
-	switch c.Format {
-	case "", FormatHerald:
-		if c.CloudEvents != (cloudevents.Config{}) {
-			return errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)")
-		}
-	case FormatCloudEvents:
-		if err := c.CloudEvents.Validate(); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("format: %q must be herald or cloudevents", c.Format)
+	if err := c.CloudEvents.ValidateFormat(string(c.Format)); err != nil {
+		return err
 	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		return err

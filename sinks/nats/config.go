@@ -181,17 +181,8 @@ func (c Config) Validate() error {
 	if c.MaxPending < 0 {
 		return fmt.Errorf("max_pending: %d must not be negative", c.MaxPending)
 	}
-	switch c.Format {
-	case "", FormatHerald:
-		if c.CloudEvents != (cloudevents.Config{}) {
-			return errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)")
-		}
-	case FormatCloudEvents:
-		if err := c.CloudEvents.Validate(); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("format: %q must be herald or cloudevents", c.Format)
+	if err := c.CloudEvents.ValidateFormat(string(c.Format)); err != nil {
+		return err
 	}
 	for i, p := range c.AllowSubjectPrefixes {
 		reserved := false

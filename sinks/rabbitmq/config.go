@@ -106,17 +106,8 @@ func (c Config) Validate() error {
 	if c.MaxMessageSize < 0 {
 		return fmt.Errorf("max_message_size: %d must not be negative", c.MaxMessageSize)
 	}
-	switch c.Format {
-	case "", FormatHerald:
-		if c.CloudEvents != (cloudevents.Config{}) {
-			return errors.New("cloudevents: set, but format is not cloudevents (set format: cloudevents)")
-		}
-	case FormatCloudEvents:
-		if err := c.CloudEvents.Validate(); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("format: %q must be herald or cloudevents", c.Format)
+	if err := c.CloudEvents.ValidateFormat(string(c.Format)); err != nil {
+		return err
 	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		return err
