@@ -249,16 +249,23 @@ func Check(ctx context.Context, pool *pgxpool.Pool, t Tables) error {
 	if err != nil {
 		return err
 	}
+	return CheckApplied(applied, Latest(), t.Outbox())
+}
+
+// CheckApplied compares the newest of the versions applied (each with when
+// it was applied) to latest, the version this build needs: nil when they
+// are equal, ErrNotMigrated when behind, ErrSchemaTooNew when ahead, the
+// error naming outbox (the quoted table). Every store's Check ends with it.
+func CheckApplied(applied map[int]time.Time, latest int, outbox string) error {
 	current := 0
 	for v := range applied {
 		current = max(current, v)
 	}
-	latest := Latest()
 	switch {
 	case current < latest:
-		return fmt.Errorf("%w (tables %s: at version %d, need %d)", ErrNotMigrated, t.Outbox(), current, latest)
+		return fmt.Errorf("%w (tables %s: at version %d, need %d)", ErrNotMigrated, outbox, current, latest)
 	case current > latest:
-		return fmt.Errorf("%w (tables %s: at version %d, this relay knows up to %d)", ErrSchemaTooNew, t.Outbox(), current, latest)
+		return fmt.Errorf("%w (tables %s: at version %d, this relay knows up to %d)", ErrSchemaTooNew, outbox, current, latest)
 	}
 	return nil
 }

@@ -194,18 +194,7 @@ func Check(ctx context.Context, db *sql.DB, t migrations.Tables) error {
 	if err != nil {
 		return err
 	}
-	current := 0
-	for v := range applied {
-		current = max(current, v)
-	}
-	latest := Latest()
-	switch {
-	case current < latest:
-		return fmt.Errorf("%w (tables %s: at version %d, need %d)", migrations.ErrNotMigrated, m.tables.Outbox(), current, latest)
-	case current > latest:
-		return fmt.Errorf("%w (tables %s: at version %d, this relay knows up to %d)", migrations.ErrSchemaTooNew, m.tables.Outbox(), current, latest)
-	}
-	return nil
+	return migrations.CheckApplied(applied, Latest(), m.tables.Outbox())
 }
 
 // timeFormat reads a DATETIME(6) as text, whatever the DSN's parseTime and
