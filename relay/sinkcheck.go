@@ -19,6 +19,11 @@ import (
 // and coming back within a scrape or two, rarely enough to cost nothing.
 const sinkCheckInterval = 15 * time.Second
 
+// sinkRecheckInterval is how often the relay checks its sinks while a
+// check fails, so that /readyz turns ready within seconds of the
+// destination coming back.
+const sinkRecheckInterval = 2 * time.Second
+
 // SinkCheckTimeout bounds the check of one sink.
 const SinkCheckTimeout = 10 * time.Second
 
@@ -140,16 +145,30 @@ func (r *Relay) checkSinks(ctx context.Context) {
 	}
 }
 
-// sinkCheckLoop checks the sinks every sinkCheckInterval until ctx ends
-// (the first check runs in Run, before claiming).
+// sinkCheckLoop checks the sinks every sinkCheckInterval, or every
+// sinkRecheckInterval while one fails, until ctx ends (the first check runs
+// in Run, before claiming).
 func (r *Relay) sinkCheckLoop(ctx context.Context) {
-	for sleep(ctx, sinkCheckInterval) {
+	for sleep(ctx, r.nextSinkCheck()) {
 		r.checkSinks(ctx)
 	}
 }
 
+// nextSinkCheck is how long until the next check of the sinks.
+func (r *Relay) nextSinkCheck() time.Duration {
+	r.checksMu.Lock()
+	defer r.checksMu.Unlock()
+	for _, c := range r.checks {
+		if c.Err != nil {
+			return sinkRecheckInterval
+		}
+	}
+	return sinkCheckInterval
+}
+
 // SinkChecks returns the latest check of every sink CheckSinks checks, by
-// name. The relay checks them when Run starts and every 15 s after. It is
+// name. The relay checks them when Run starts and every 15 s after (every
+// 2 s while one fails). It is
 // safe to call from any goroutine.
 func (r *Relay) SinkChecks() map[string]SinkCheck {
 	r.checksMu.Lock()

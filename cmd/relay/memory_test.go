@@ -16,25 +16,27 @@ import (
 
 // TestMemoryIsBoundedByBatchBytes covers 150 rows of 10 MB payloads, which
 // took a relay to 2.9 GB and, under a 3 GB limit, into a crash loop: the
-// relay, limited to a 512 MiB data segment, relays 480 MiB of payloads
+// relay, limited to a 512 MiB data segment, relays 160 MiB of payloads
 // loading at most relay.max_batch_bytes at a time, and dead-letters an event
-// past relay.max_event_bytes without loading it.
+// past relay.max_event_bytes without loading it. The sizes are scaled down
+// (2 MiB payloads, 4 MiB batches) so the test stays cheap; holding the whole
+// backlog would take the relay well past the RSS it is allowed.
 func TestMemoryIsBoundedByBatchBytes(t *testing.T) {
 	t.Parallel()
 	url, _ := dbURL(t)
 	pool := pgtest.Pool(t)
 	tables := pgtest.Schema(t, pool)
 	ctx := context.Background()
-	// 60 compressible payloads of 8 MiB (a few KiB each on disk) and one of
-	// 13 MiB.
+	// 80 compressible payloads of 2 MiB (a few KiB each on disk) and one of
+	// 3.25 MiB.
 	if _, err := pool.Exec(ctx, `INSERT INTO `+tables.Outbox()+` (topic, key, payload)
-SELECT 'big', 'k' || g, json_build_object('pad', repeat('a', CASE WHEN g = 61 THEN 13 ELSE 8 END * 1048576 - 12))
-FROM generate_series(1, 61) g`); err != nil {
+SELECT 'big', 'k' || g, json_build_object('pad', repeat('a', CASE WHEN g = 81 THEN 3407872 ELSE 2097152 END - 12))
+FROM generate_series(1, 81) g`); err != nil {
 		t.Fatal(err)
 	}
 	cfg := writeConfig(t, fmt.Sprintf(`
 database: {url: %q, schema: %s}
-relay: {workers: 1, poll_interval: 50ms, max_batch_bytes: 16MiB, max_event_bytes: 12MiB}
+relay: {workers: 1, poll_interval: 50ms, max_batch_bytes: 4MiB, max_event_bytes: 3MiB}
 admin: {listen: ""}
 sinks: [{name: void, type: discard}]
 routes: [{topics: ["*"], sinks: [void]}]
@@ -53,13 +55,13 @@ routes: [{topics: ["*"], sinks: [void]}]
 	})
 	var dead int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+tables.Deliveries()+
-		` WHERE state = 'dead' AND last_error LIKE '%its payload is 13631488 bytes, more than relay.max_event_bytes (12582912)%'`).Scan(&dead); err != nil || dead != 1 {
+		` WHERE state = 'dead' AND last_error LIKE '%its payload is 3407872 bytes, more than relay.max_event_bytes (3145728)%'`).Scan(&dead); err != nil || dead != 1 {
 		t.Fatalf("%d dead letters saying the 13 MiB event is too large (%v), want 1; output:\n%s", dead, err, p.output())
 	}
 	peak := peakRSS(t, p.cmd.Process.Pid)
 	t.Logf("peak RSS of the relay: %d MiB", peak>>20)
-	if peak > 200<<20 {
-		t.Fatalf("peak RSS %d MiB relaying 480 MiB of payloads with relay.max_batch_bytes 16MiB, want at most 200 MiB", peak>>20)
+	if peak > 100<<20 {
+		t.Fatalf("peak RSS %d MiB relaying 160 MiB of payloads with relay.max_batch_bytes 4MiB, want at most 100 MiB", peak>>20)
 	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit %d; output:\n%s", code, p.output())
