@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,14 +22,39 @@ import (
 // repoRoot is the repository root, relative to this package.
 const repoRoot = "../../.."
 
-// goCommand runs the go tool in the repository root with args and extra
+// demoBin is the demo, built once by TestMain: the README's commands are
+// `go run ./examples/orders/demo ...`, which is this build and a run, and
+// linking it once rather than per test keeps the package fast.
+var demoBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "herald-demo-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	demoBin = filepath.Join(dir, "demo")
+	build := exec.Command("go", "build", "-o", demoBin, "./examples/orders/demo")
+	build.Dir = repoRoot
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "go build ./examples/orders/demo:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runDemo runs the demo in the repository root with args and extra
 // environment (DATABASE_URL and DOCKER_HOST removed unless given), within
-// five minutes: a build on a loaded machine is slow.
-func goCommand(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+// five minutes.
+func runDemo(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	return runIn(ctx, t, repoRoot, env, "go", args...)
+	return runIn(ctx, t, repoRoot, env, demoBin, args...)
 }
 
 func runIn(ctx context.Context, t *testing.T, dir string, env []string, name string, args ...string) (stdout, stderr string, code int) {
@@ -58,8 +84,8 @@ func runIn(ctx context.Context, t *testing.T, dir string, env []string, name str
 func TestReadmeDemoCommand(t *testing.T) {
 	t.Parallel()
 	schema := pgtest.UniqueName(demo.DefaultSchema)
-	stdout, stderr, code := goCommand(t, []string{"DATABASE_URL=" + pgtest.URL(t)},
-		"run", "./examples/orders/demo", "--short", "--json", "--schema", schema)
+	stdout, stderr, code := runDemo(t, []string{"DATABASE_URL=" + pgtest.URL(t)},
+		"--short", "--json", "--schema", schema)
 	if code != 0 {
 		t.Fatalf("go run ./examples/orders/demo --short --json: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -102,14 +128,10 @@ func TestReadmeDemoCommand(t *testing.T) {
 // unknown sink or a server that does not answer; bad flags exit 2.
 func TestDemoBinaryErrors(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "demo")
-	if _, stderr, code := goCommand(t, nil, "build", "-o", bin, "./examples/orders/demo"); code != 0 {
-		t.Fatalf("go build ./examples/orders/demo: exit %d\n%s", code, stderr)
-	}
 	run := func(env []string, args ...string) (string, int) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_, stderr, code := runIn(ctx, t, ".", env, bin, args...)
+		_, stderr, code := runIn(ctx, t, ".", env, demoBin, args...)
 		return stderr, code
 	}
 
@@ -156,8 +178,8 @@ func TestReadmeDemoWithBrokerSinks(t *testing.T) {
 	env := []string{"DATABASE_URL=" + pgtest.URL(t), "REDIS_URL=" + redistest.URL(t),
 		"RABBITMQ_URL=" + rabbitmqtest.URL(t), "MQTT_URL=" + mqtttest.URL(t)}
 	schema := pgtest.UniqueName(demo.DefaultSchema)
-	stdout, stderr, code := goCommand(t, env,
-		"run", "./examples/orders/demo", "--short", "--json", "--sinks", "redis,rabbitmq,mqtt", "--schema", schema)
+	stdout, stderr, code := runDemo(t, env,
+		"--short", "--json", "--sinks", "redis,rabbitmq,mqtt", "--schema", schema)
 	if code != 0 {
 		t.Fatalf("go run ./examples/orders/demo --short --json --sinks redis,rabbitmq,mqtt: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -200,8 +222,8 @@ func TestReadmeDemoWithCloudSinks(t *testing.T) {
 	}
 	env := []string{"DATABASE_URL=" + pgtest.URL(t), "AWS_ENDPOINT_URL="}
 	schema := pgtest.UniqueName(demo.DefaultSchema)
-	stdout, stderr, code := goCommand(t, env,
-		"run", "./examples/orders/demo", "--short", "--orders", "20", "--json", "--sinks", "pubsub,sqs,sns", "--schema", schema)
+	stdout, stderr, code := runDemo(t, env,
+		"--short", "--orders", "20", "--json", "--sinks", "pubsub,sqs,sns", "--schema", schema)
 	if code != 0 {
 		t.Fatalf("go run ./examples/orders/demo --short --orders 20 --json --sinks pubsub,sqs,sns: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
