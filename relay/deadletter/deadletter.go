@@ -1,7 +1,10 @@
 // Package deadletter is where operators meet the outbox: it lists, shows,
 // replays and purges dead letters, and reads the backlog figures that `relay
 // status` and the admin server report. Every SQL statement of these
-// operations lives here.
+// operations lives here, for PostgreSQL (postgres.go, New) and for MySQL
+// and MariaDB (mysql.go, NewMySQL): the filters, paging, batching and the
+// assembly of what the operations return are shared, each database's
+// statements sit behind the small backend interface.
 //
 // A dead letter is a delivery in state 'dead' in the deliveries table: one
 // event on one sink, so an event that failed for good on two sinks is two
@@ -36,12 +39,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/relay/internal/queue"
 )
 
 // DefaultBatchSize is the most rows one statement reads or changes.
@@ -52,14 +51,6 @@ const DefaultBatchSize = 1000
 // dead before any sink because no route matched or the event could not be
 // read).
 const RoutingStep = ""
-
-// DB is what the store needs from a connection pool; *pgxpool.Pool has it.
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
 
 // ErrNotFound is returned by Show for an id no stored event has.
 var ErrNotFound = errors.New("deadletter: no event with this id")
@@ -76,166 +67,38 @@ type InputError struct {
 // Error returns e.g. `id: "x" is not a UUID`.
 func (e *InputError) Error() string { return e.Field + ": " + e.Reason }
 
-// Store runs the dead-letter and status statements on one outbox table.
+// Store runs the dead-letter and status operations on one outbox table,
+// on PostgreSQL (New) or MySQL (NewMySQL).
 type Store struct {
-	db        DB
+	db        backend
 	tables    migrations.Tables
 	batchSize int
-
-	listSQL, countSQL, pagePlanSQL      string
-	listNewestSQL, countAtMostSQL       string
-	countPlanSQL                        string
-	showSetupSQL, showEventSQL          string
-	showDeliveriesSQL, nowSQL           string
-	lockLanesSQL, notifySQL             string
-	replaySQL, routeSQL                 string
-	dropSinkDeadSQL, purgeSQL           string
-	promoteSQL                          string
-	statusPendingSQL, statusQueuesSQL   string
-	statusPublishedSQL, statusRelaysSQL string
-	backlogSQL                          string
-	heldKeysSQL, keyQueuesSQL           string
 }
 
-// New returns a Store for the tables t (defaults filled in).
-func New(db DB, t migrations.Tables) (*Store, error) {
-	t = t.WithDefaults()
-	if err := t.Validate(); err != nil {
-		return nil, err
-	}
-	o, dl, l := t.Outbox(), t.Deliveries(), t.Lanes()
-	s := &Store{db: db, tables: t, batchSize: DefaultBatchSize}
-	s.listSQL = `SELECT d.seq, d.id::text, d.topic, coalesce(d.key, ''), d.sink, d.attempts, d.created_at, d.dead_at,
-       coalesce(d.last_error, ''), d.stops_key
-FROM ` + dl + ` d WHERE ` + filterSQL + `
-ORDER BY d.seq, d.sink LIMIT $11`
-	// The same walking the index backwards, from the newest.
-	s.listNewestSQL = `SELECT d.seq, d.id::text, d.topic, coalesce(d.key, ''), d.sink, d.attempts, d.created_at, d.dead_at,
-       coalesce(d.last_error, ''), d.stops_key
-FROM ` + dl + ` d WHERE ` + filterBeforeSQL + `
-ORDER BY d.seq DESC, d.sink DESC LIMIT $11`
-	s.countSQL = `SELECT count(*) FROM ` + dl + ` d WHERE ` + filterSQL
-	s.countAtMostSQL = `SELECT count(*) FROM (SELECT FROM ` + dl + ` d WHERE ` + filterSQL + ` LIMIT $11) m`
-	// A batch must walk the dead-letter index in (seq, sink) order, stop at
-	// its limit, and reach every other row it reads or changes through an
-	// index, one probe per row. Right after a burst of dead letters, before
-	// autovacuum has analysed the table, the planner underestimates them
-	// and would rather read and sort every remaining match, or hash the
-	// whole table to join a batch with it; these settings, local to the
-	// batch's transaction, keep it on the indexes. (Disabled plans look
-	// expensive enough to set JIT compiling off; it is not worth it for a
-	// batch.) A selection by id is left to the planner: the id index finds
-	// the few rows at once.
-	s.pagePlanSQL = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
-       set_config('jit', 'off', true)`
-	s.countPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true)`
-	// Show reads the outbox row and the deliveries of one event from one
-	// snapshot: a relay moving the event from one to the other in between
-	// would otherwise hide it.
-	s.showSetupSQL = `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY`
-	s.showEventSQL = `SELECT seq, id::text, topic, coalesce(key, ''), status, payload::text, payload_bin,
-       coalesce(content_type, ''), headers, created_at, available_at, max_attempts, finished_at
-FROM ` + o + ` WHERE id = $1`
-	// Each delivery of the event, and for one waiting in its key's queue,
-	// the head it waits behind (one probe of the unique head index).
-	s.showDeliveriesSQL = `SELECT d.sink, d.seq, d.topic, coalesce(d.key, ''), d.payload::text, d.payload_bin,
-       coalesce(d.content_type, ''), d.headers, d.created_at, d.max_attempts,
-       d.state, d.stops_key, d.attempts, d.next_at, coalesce(d.last_error, ''), d.queued_at, d.dead_at,
-       h.seq, h.id::text, h.state
-FROM ` + dl + ` d
-LEFT JOIN LATERAL (
-    SELECT x.seq, x.id, x.state FROM ` + dl + ` x
-    WHERE d.state = 'waiting' AND x.key = d.key AND x.sink = d.sink AND (x.state = 'ready' OR x.stops_key)
-) h ON true
-WHERE d.id = $1
-ORDER BY d.sink`
-	s.nowSQL = `SELECT now()`
-	// Every lane, in lane order (the order relays take theirs in share
-	// mode): a batch waits for the records in flight and holds off new
-	// ones until it commits.
-	s.lockLanesSQL = `SELECT lane FROM ` + l + ` ORDER BY lane FOR NO KEY UPDATE`
-	s.notifySQL = `SELECT pg_notify($1, '` + queue.Notification + `')`
-	// One batch of a replay: the next dead letters, locked ($1 to $10 the
-	// filter, $11 the batch size), rejoin their queues, unless $12 sends
-	// them to the routing step instead (see Replay). queued says whether
-	// the event still has a delivery that is not dead on a sink, which
-	// keeps it out of the routing step. A rejoining dead letter waits,
-	// none is a head yet (promoteSQL makes the heads next), so the unique
-	// head index never sees two heads of a queue, even for a moment; one
-	// without a key is a queue of its own, due at once. The batch drives
-	// the update, row by row through the primary key.
-	s.replaySQL = `WITH sel AS (
-    SELECT d.sink, d.seq, d.id, d.key, d.stops_key,
-           $12::boolean AND EXISTS (
-               SELECT 1 FROM ` + dl + ` x WHERE x.id = d.id AND x.sink <> '' AND x.state <> 'dead') AS queued
-    FROM ` + dl + ` d WHERE ` + filterSQL + `
-    ORDER BY d.seq, d.sink LIMIT $11
-    FOR UPDATE OF d
-), rejoin AS (
-    UPDATE ` + dl + ` d
-    SET state = CASE WHEN d.key IS NULL THEN 'ready' ELSE 'waiting' END,
-        next_at = CASE WHEN d.key IS NULL THEN now() END,
-        stops_key = false, attempts = 0, last_error = NULL, dead_at = NULL, queued_at = now()
-    FROM sel
-    WHERE d.sink = sel.sink AND d.seq = sel.seq AND (NOT $12::boolean OR sel.queued)
-)
-SELECT sink, seq, id::text, key, stops_key, queued FROM sel`
-	// Events ($1 seqs) go back to the routing step: a delivery on sink ''
-	// each, copied from one of their dead letters (their own dead one
-	// there, when they died before any sink), waiting like a dead letter
-	// rejoining its queue (promoteSQL makes the heads).
-	s.routeSQL = `INSERT INTO ` + dl + ` AS r (sink, seq, lane, id, topic, key, payload, payload_bin, content_type,
-    headers, created_at, max_attempts, state, stops_key, attempts, next_at, last_error, queued_at, dead_at)
-SELECT DISTINCT ON (d.seq) '', d.seq, d.lane, d.id, d.topic, d.key, d.payload, d.payload_bin, d.content_type,
-       d.headers, d.created_at, d.max_attempts,
-       CASE WHEN d.key IS NULL THEN 'ready' ELSE 'waiting' END, false, 0,
-       CASE WHEN d.key IS NULL THEN now() END, NULL, now(), NULL
-FROM ` + dl + ` d
-WHERE d.seq = ANY($1::bigint[]) AND d.state = 'dead'
-ORDER BY d.seq, d.sink
-ON CONFLICT (sink, seq) DO UPDATE
-SET state = excluded.state, next_at = excluded.next_at, stops_key = false, attempts = 0,
-    last_error = NULL, dead_at = NULL, queued_at = now()
-WHERE r.state = 'dead'`
-	// The dead letters of events gone back to the routing step ($1 seqs),
-	// on every sink: the routing step sends the event to each sink of its
-	// route again.
-	s.dropSinkDeadSQL = `DELETE FROM ` + dl + ` d
-WHERE d.seq = ANY($1::bigint[]) AND d.sink <> '' AND d.state = 'dead'
-RETURNING d.sink, d.key`
-	s.purgeSQL = `WITH sel AS (
-    SELECT d.sink, d.seq FROM ` + dl + ` d WHERE ` + filterSQL + `
-    ORDER BY d.seq, d.sink LIMIT $11
-    FOR UPDATE OF d
-)
-DELETE FROM ` + dl + ` d USING sel
-WHERE d.sink = sel.sink AND d.seq = sel.seq
-RETURNING d.sink, d.seq, d.id::text, d.key, d.stops_key`
-	// Every lane is locked by the operation: no fence on the promoted rows.
-	s.promoteSQL = queue.PromoteSQL(t, "")
-	s.initStatus()
-	s.initHeld()
-	return s, nil
+// backend is one database's statements. Each method is one short
+// transaction, or one statement, of its own.
+type backend interface {
+	// page returns at most limit dead letters matching f after p in (seq,
+	// sink) order, or before p in descending order (newest).
+	page(ctx context.Context, f Filter, p position, limit int, newest bool) ([]DeadLetter, error)
+	// count counts the dead letters matching f, no further than limit
+	// when it is positive.
+	count(ctx context.Context, f Filter, limit int64) (int64, error)
+	// show reads the event id from the outbox and its deliveries, from one
+	// snapshot.
+	show(ctx context.Context, id uuid.UUID) (shown, error)
+	// batch takes the next n dead letters matching f after p under the
+	// lock of every lane, replays them (replay set) or purges them, gives
+	// the queues it changed their heads and wakes the relays, in one
+	// transaction.
+	batch(ctx context.Context, f Filter, p position, n int, replay *ReplayOpts) ([]selected, error)
+	// status reads what Status sums up.
+	status(ctx context.Context) (*statusRows, error)
+	// totals reads what Totals returns.
+	totals(ctx context.Context) (totalsRow, error)
+	heldKeys(ctx context.Context, limit int) ([]HeldKey, error)
+	keyQueues(ctx context.Context, key string, limit int) (map[string][]KeyDelivery, error)
 }
-
-// filterSQL selects dead letters (alias d) after ($1 seq, $2 sink)
-// matching the filter parameters $3 to $10 (NULL means no condition). Its
-// first two conditions are those of the dead-letter index.
-const filterSQL = `d.state = 'dead' AND (d.seq, d.sink) > ($1::bigint, $2::text)
-  AND ($3::uuid[] IS NULL OR d.id = ANY($3::uuid[]))
-  AND ($4::text IS NULL OR d.topic LIKE $4::text)
-  AND ($5::text IS NULL OR d.key = $5::text)
-  AND ($6::text IS NULL OR d.sink = $6::text)
-  AND ($7::text IS NULL OR strpos(lower(d.last_error), lower($7::text)) > 0)
-  AND ($8::timestamptz IS NULL OR d.dead_at >= $8::timestamptz)
-  AND ($9::timestamptz IS NULL OR d.dead_at < $9::timestamptz)
-  AND ($10::interval IS NULL OR d.dead_at < now() - $10::interval)`
-
-// filterBeforeSQL is filterSQL selecting the dead letters before ($1 seq,
-// $2 sink), for a list from the newest.
-var filterBeforeSQL = strings.Replace(filterSQL, "(d.seq, d.sink) > (", "(d.seq, d.sink) < (", 1)
 
 // Filter selects dead letters. Zero fields select everything; set fields
 // must all match. A dead letter matches on its own row: its sink, error
@@ -284,57 +147,27 @@ func (f Filter) Validate() error {
 	return nil
 }
 
-// position is a place in the (seq, sink) order of dead letters. A NULL
-// sink is after every dead letter of seq (a row comparison with a NULL
-// member stops there, and the dead-letter index honours it).
+// position is a place in the (seq, sink) order of dead letters.
 type position struct {
 	seq  int64
-	sink pgtype.Text
+	sink string
+	// wholeSeq: the position is after every dead letter of seq (before
+	// every one, going from the newest); sink is not compared.
+	wholeSeq bool
 }
 
-// start is before every dead letter: seqs come from an identity column
-// and are positive.
-var start = position{seq: math.MinInt64, sink: pgtype.Text{Valid: true}}
+// start is before every dead letter: seqs are positive.
+var start = position{seq: math.MinInt64}
 
 // end is after every dead letter, for a list from the newest.
-var end = position{seq: math.MaxInt64}
+var end = position{seq: math.MaxInt64, wholeSeq: true}
 
-func at(seq int64, sink string) position {
-	return position{seq, pgtype.Text{String: sink, Valid: true}}
-}
+func at(seq int64, sink string) position { return position{seq: seq, sink: sink} }
 
 // before reports whether p is before the dead letter (seq, sink).
 func (p position) before(seq int64, sink string) bool {
-	return p.seq < seq || p.seq == seq && p.sink.Valid && p.sink.String < sink
+	return p.seq < seq || p.seq == seq && !p.wholeSeq && p.sink < sink
 }
-
-// args returns the filter's statement parameters $1 to $10, after p.
-func (f Filter) args(p position) []any {
-	args := make([]any, 10, 11)
-	args[0], args[1] = p.seq, p.sink
-	if len(f.IDs) > 0 {
-		ids := make([]pgtype.UUID, len(f.IDs))
-		for i, id := range f.IDs {
-			u, _ := uuid.Parse(id) // checked by Validate
-			ids[i] = pgtype.UUID{Bytes: u, Valid: true}
-		}
-		args[2] = ids
-	}
-	args[3] = optText(TopicLike(f.Topic))
-	args[4] = optText(f.Key)
-	args[5] = optText(f.Sink)
-	args[6] = optText(f.Error)
-	args[7] = optTime(f.Since)
-	args[8] = optTime(f.Until)
-	if f.OlderThan > 0 {
-		args[9] = f.OlderThan
-	}
-	return args
-}
-
-func optText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
-
-func optTime(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
 
 // TopicLike translates a topic pattern (* matches any run of characters) to
 // a LIKE pattern, escaping LIKE's own wildcards and escape character. The
@@ -416,7 +249,7 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 	case opts.AfterSeq == 0 && opts.AfterSink == "":
 		after = start
 	case opts.AfterSink == "":
-		after = position{seq: opts.AfterSeq} // after all of AfterSeq, either way
+		after = position{seq: opts.AfterSeq, wholeSeq: true} // after all of AfterSeq, either way
 	}
 	for {
 		n := s.batchSize
@@ -445,62 +278,11 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 }
 
 func (s *Store) listPage(ctx context.Context, f Filter, after position, limit int, newest bool) ([]DeadLetter, error) {
-	page := make([]DeadLetter, 0, limit)
-	sql := s.listSQL
-	if newest {
-		sql = s.listNewestSQL
-	}
-	err := s.inPage(ctx, f, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, sql, append(f.args(after), limit)...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				d             DeadLetter
-				attempts      int32
-				created, died pgtype.Timestamptz
-			)
-			if err := rows.Scan(&d.Seq, &d.ID, &d.Topic, &d.Key, &d.Sink, &attempts, &created, &died, &d.LastError, &d.StopsKey); err != nil {
-				return err
-			}
-			d.Attempts, d.CreatedAt, d.DiedAt = int(attempts), jsonTime(created), jsonTime(died)
-			page = append(page, d)
-		}
-		return rows.Err()
-	})
+	page, err := s.db.page(ctx, f, after, limit, newest)
 	if err != nil {
 		return nil, fmt.Errorf("listing dead letters of %s: %w", s.tables.Outbox(), err)
 	}
 	return page, nil
-}
-
-// inPage runs one page's statements in their own short transaction,
-// planned to walk the dead-letter index unless f selects by id.
-func (s *Store) inPage(ctx context.Context, f Filter, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if len(f.IDs) == 0 {
-			if _, err := tx.Exec(ctx, s.pagePlanSQL); err != nil {
-				return err
-			}
-		}
-		return fn(tx)
-	})
-}
-
-// inCount runs a count in its own short transaction, planned to walk the
-// dead-letter index (reading only dead letters' rows, not the queued
-// deliveries around them) unless f selects by id.
-func (s *Store) inCount(ctx context.Context, f Filter, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if len(f.IDs) == 0 {
-			if _, err := tx.Exec(ctx, s.countPlanSQL); err != nil {
-				return err
-			}
-		}
-		return fn(tx)
-	})
 }
 
 // Count returns how many dead letters match f.
@@ -508,10 +290,8 @@ func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
-	var n int64
-	if err := s.inCount(ctx, f, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, s.countSQL, f.args(start)...).Scan(&n)
-	}); err != nil {
+	n, err := s.db.count(ctx, f, 0)
+	if err != nil {
 		return 0, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
 	}
 	return n, nil
@@ -530,9 +310,7 @@ func (s *Store) CountAtMost(ctx context.Context, f Filter, limit int64) (n int64
 	if limit <= 0 {
 		return 0, false, &InputError{"limit", fmt.Sprintf("must be positive, got %d", limit)}
 	}
-	if err := s.inCount(ctx, f, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, s.countAtMostSQL, append(f.args(start), limit+1)...).Scan(&n)
-	}); err != nil {
+	if n, err = s.db.count(ctx, f, limit+1); err != nil {
 		return 0, false, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
 	}
 	if n > limit {
@@ -648,24 +426,36 @@ func (e Event) MarshalJSON() ([]byte, error) {
 }
 
 // eventColumns are an event's columns as the outbox and the deliveries
-// store them.
+// store them, NULL as nil.
 type eventColumns struct {
-	payload     pgtype.Text
+	payload     *string
 	payloadBin  []byte
 	headers     []byte
-	maxAttempts pgtype.Int4
+	maxAttempts *int32
 }
 
 func (c *eventColumns) fill(e *Event) error {
 	switch {
-	case c.payload.Valid:
-		e.Payload, e.PayloadJSON = []byte(c.payload.String), true
+	case c.payload != nil:
+		e.Payload, e.PayloadJSON = []byte(*c.payload), true
 	case c.payloadBin != nil:
 		e.Payload = c.payloadBin
 	}
-	e.MaxAttempts = int(c.maxAttempts.Int32)
+	if c.maxAttempts != nil {
+		e.MaxAttempts = int(*c.maxAttempts)
+	}
 	e.Headers = map[string]string{}
 	return decodeHeaders(c.headers, e.Headers)
+}
+
+// shown is an event as a backend read it for Show.
+type shown struct {
+	// event has its fields and deliveries; its Status is left to Show.
+	event Event
+	// outbox is the status of its outbox row, "" without one.
+	outbox string
+	// decoded is the error decoding its payload or headers.
+	decoded error
 }
 
 // Show returns the event with the given id, from the outbox and its
@@ -675,92 +465,19 @@ func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 	if err != nil {
 		return nil, &InputError{"id", fmt.Sprintf("%q is not a UUID", truncate(id, 60))}
 	}
-	arg := pgtype.UUID{Bytes: u, Valid: true}
-	var (
-		e       Event
-		inOut   bool
-		outbox  string
-		decoded error
-	)
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.showSetupSQL); err != nil {
-			return err
-		}
-		var (
-			cols                      eventColumns
-			created, available, finis pgtype.Timestamptz
-		)
-		err := tx.QueryRow(ctx, s.showEventSQL, arg).Scan(&e.Seq, &e.ID, &e.Topic, &e.Key, &outbox,
-			&cols.payload, &cols.payloadBin, &e.ContentType, &cols.headers, &created, &available,
-			&cols.maxAttempts, &finis)
-		switch {
-		case err == nil:
-			inOut = true
-			e.CreatedAt, e.AvailableAt, e.FinishedAt = jsonTime(created), jsonTime(available), jsonTime(finis)
-			decoded = cols.fill(&e)
-		case !errors.Is(err, pgx.ErrNoRows):
-			return err
-		}
-		e.Deliveries = map[string]Delivery{}
-		rows, err := tx.Query(ctx, s.showDeliveriesSQL, arg)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				sink, state, topic, key, contentType string
-				seq                                  int64
-				d                                    Delivery
-				attempts                             int32
-				created, next, queued, dead          pgtype.Timestamptz
-				headSeq                              pgtype.Int8
-				headID, headState                    pgtype.Text
-				c                                    eventColumns
-			)
-			if err := rows.Scan(&sink, &seq, &topic, &key, &c.payload, &c.payloadBin, &contentType, &c.headers,
-				&created, &c.maxAttempts, &state, &d.StopsKey, &attempts, &next, &d.Error, &queued, &dead,
-				&headSeq, &headID, &headState); err != nil {
-				return err
-			}
-			d.State, d.Attempts = state, int(attempts)
-			d.NextAt, d.QueuedAt, d.DeadAt = jsonTime(next), jsonTime(queued), jsonTime(dead)
-			if headSeq.Valid {
-				d.Head = &QueueHead{Seq: headSeq.Int64, ID: headID.String, State: headState.String}
-			}
-			e.Deliveries[sink] = d
-			if !inOut && e.ID == "" {
-				e.Seq, e.ID, e.Topic, e.Key, e.ContentType, e.CreatedAt = seq, u.String(), topic, key, contentType, jsonTime(created)
-				decoded = c.fill(&e)
-			}
-		}
-		return rows.Err()
-	})
+	got, err := s.db.show(ctx, u)
 	if err != nil {
 		return nil, fmt.Errorf("reading event %s from %s: %w", id, s.tables.Outbox(), err)
 	}
-	if !inOut && len(e.Deliveries) == 0 {
+	e := &got.event
+	if got.outbox == "" && len(e.Deliveries) == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	if decoded != nil {
-		return nil, fmt.Errorf("event %s: %w", id, decoded)
+	if got.decoded != nil {
+		return nil, fmt.Errorf("event %s: %w", id, got.decoded)
 	}
-	e.Status = eventStatus(outbox, e.Deliveries)
-	return &e, nil
-}
-
-// jsonTime is a timestamp read from a row as a time JSON and RFC 3339 can
-// carry, years 1 to 9999: a row written by hand may hold 'infinity' or a
-// date past year 9999, and one such row must not break a listing. Those
-// are clamped to the nearest end of the range; NULL is the zero time.
-func jsonTime(t pgtype.Timestamptz) time.Time {
-	switch {
-	case !t.Valid || t.InfinityModifier == pgtype.NegativeInfinity || t.Time.Year() < 1:
-		return time.Time{}
-	case t.InfinityModifier == pgtype.Infinity || t.Time.Year() > 9999:
-		return time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
-	}
-	return t.Time
+	e.Status = eventStatus(got.outbox, e.Deliveries)
+	return e, nil
 }
 
 // eventStatus derives an event's status from its outbox row's status

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Result is what a Replay or Purge did.
@@ -46,7 +43,10 @@ type ReplayOpts struct {
 // there, or an earlier delivery already waiting), and otherwise waiting
 // behind the head. A dead letter without a key is due at once. Replaying
 // a dead letter that stopped its key lets the deliveries waiting behind it
-// follow it, in seq order. Relays are woken (NOTIFY) after each batch.
+// follow it, in seq order. Relays are woken after each batch: on
+// PostgreSQL by a NOTIFY; on MySQL, which has none, the replayed
+// deliveries are due at once and the relays find them at their next poll
+// of the queues (relay.poll_interval).
 //
 // It returns how many dead letters it replayed; on error, the batches
 // before it stay replayed.
@@ -73,7 +73,7 @@ type selected struct {
 	sink     string
 	seq      int64
 	id       string
-	key      pgtype.Text
+	key      *string // nil: no key
 	stopsKey bool
 	// queued: the event has a delivery on a sink that is not dead.
 	queued bool
@@ -97,23 +97,7 @@ func (s *Store) run(ctx context.Context, f Filter, doing string, progress Progre
 	}
 	after := start
 	for {
-		var batch []selected
-		err := s.inPage(ctx, f, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, s.lockLanesSQL); err != nil {
-				return fmt.Errorf("locking the lanes: %w", err)
-			}
-			var err error
-			if replay != nil {
-				batch, err = s.replay(ctx, tx, f, after, replay.AllSinks)
-			} else {
-				batch, err = s.purge(ctx, tx, f, after)
-			}
-			if err != nil || len(batch) == 0 {
-				return err
-			}
-			_, err = tx.Exec(ctx, s.notifySQL, s.tables.Channel())
-			return err
-		})
+		batch, err := s.db.batch(ctx, f, after, s.batchSize, replay)
 		if err != nil {
 			return res, fmt.Errorf("%s dead letters of %s (after %d done): %w", doing, s.tables.Outbox(), res.Count, err)
 		}
@@ -138,22 +122,13 @@ func (s *Store) run(ctx context.Context, f Filter, doing string, progress Progre
 	return res, nil
 }
 
-// replay replays the next batch of dead letters after p matching f: they
-// rejoin their queues, or (allSinks) their events go back to the routing
-// step.
-func (s *Store) replay(ctx context.Context, tx pgx.Tx, f Filter, p position, allSinks bool) ([]selected, error) {
-	rows, err := tx.Query(ctx, s.replaySQL, append(f.args(p), s.batchSize, allSinks)...)
-	if err != nil {
-		return nil, err
-	}
-	batch := make([]selected, 0, s.batchSize)
-	var x selected
-	if _, err := pgx.ForEachRow(rows, []any{&x.sink, &x.seq, &x.id, &x.key, &x.stopsKey, &x.queued}, func() error {
-		batch = append(batch, x)
-		return nil
-	}); err != nil {
-		return nil, err
-	}
+// replayPlan returns the queues a replayed batch changes and the seqs of
+// the events that go back to the routing step (allSinks, and not queued
+// on a sink): a dead letter replayed on its own sink rejoins its queue
+// there; an event sent to the routing step joins its key's queue there
+// and its dead letters on the sinks go, which can free their queues too
+// (the caller adds those).
+func replayPlan(batch []selected, allSinks bool) (pairSet, []int64) {
 	var (
 		routeSeqs []int64
 		routed    = map[int64]bool{}
@@ -169,74 +144,36 @@ func (s *Store) replay(ctx context.Context, tx pgx.Tx, f Filter, p position, all
 			pairs.add(x.key, RoutingStep)
 		}
 	}
-	if len(routeSeqs) > 0 {
-		// The routing step's delivery is copied from the dead letters,
-		// which go after it.
-		if _, err := tx.Exec(ctx, s.routeSQL, routeSeqs); err != nil {
-			return nil, fmt.Errorf("sending events back to the routing step: %w", err)
-		}
-		rows, err := tx.Query(ctx, s.dropSinkDeadSQL, routeSeqs)
-		if err != nil {
-			return nil, fmt.Errorf("removing the dead letters of events sent back to the routing step: %w", err)
-		}
-		var (
-			sink string
-			key  pgtype.Text
-		)
-		if _, err := pgx.ForEachRow(rows, []any{&sink, &key}, func() error {
-			pairs.add(key, sink)
-			return nil
-		}); err != nil {
-			return nil, fmt.Errorf("removing the dead letters of events sent back to the routing step: %w", err)
-		}
-	}
-	return batch, s.promote(ctx, tx, pairs)
+	return pairs, routeSeqs
 }
 
-// purge deletes the next batch of dead letters after p matching f and
-// lets the queues they stopped move on.
-func (s *Store) purge(ctx context.Context, tx pgx.Tx, f Filter, p position) ([]selected, error) {
-	rows, err := tx.Query(ctx, s.purgeSQL, append(f.args(p), s.batchSize)...)
-	if err != nil {
-		return nil, err
-	}
-	batch := make([]selected, 0, s.batchSize)
+// purgePlan returns the queues a purged batch lets move on: those its dead
+// letters stopped.
+func purgePlan(batch []selected) pairSet {
 	pairs := pairSet{}
-	var x selected
-	if _, err := pgx.ForEachRow(rows, []any{&x.sink, &x.seq, &x.id, &x.key, &x.stopsKey}, func() error {
-		batch = append(batch, x)
+	for _, x := range batch {
 		if x.stopsKey {
 			pairs.add(x.key, x.sink)
 		}
-		return nil
-	}); err != nil {
-		return nil, err
 	}
-	return batch, s.promote(ctx, tx, pairs)
+	return pairs
 }
 
 // pairSet is a set of queues: (key, sink) pairs, keys not null.
 type pairSet map[[2]string]bool
 
-func (p pairSet) add(key pgtype.Text, sink string) {
-	if key.Valid {
-		p[[2]string{key.String, sink}] = true
+func (p pairSet) add(key *string, sink string) {
+	if key != nil {
+		p[[2]string{*key, sink}] = true
 	}
 }
 
-// promote gives each queue in pairs that has deliveries waiting but no
-// head a head: its lowest waiting delivery, due at once.
-func (s *Store) promote(ctx context.Context, tx pgx.Tx, pairs pairSet) error {
-	if len(pairs) == 0 {
-		return nil
+// split returns the pairs' keys and sinks, in the same order.
+func (p pairSet) split() (keys, sinks []string) {
+	keys, sinks = make([]string, 0, len(p)), make([]string, 0, len(p))
+	for q := range p {
+		keys = append(keys, q[0])
+		sinks = append(sinks, q[1])
 	}
-	keys, sinks := make([]string, 0, len(pairs)), make([]string, 0, len(pairs))
-	for p := range pairs {
-		keys = append(keys, p[0])
-		sinks = append(sinks, p[1])
-	}
-	if _, err := tx.Exec(ctx, s.promoteSQL, keys, sinks); err != nil {
-		return fmt.Errorf("making the heads of %d queues: %w", len(pairs), err)
-	}
-	return nil
+	return keys, sinks
 }

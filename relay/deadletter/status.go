@@ -8,48 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgtype"
 )
-
-func (s *Store) initStatus() {
-	o, dl, st := s.tables.Outbox(), s.tables.Deliveries(), s.tables.Stats()
-	// The oldest pending event is the oldest due one: an event written
-	// with a delay is not late before its time.
-	s.statusPendingSQL = `SELECT topic, count(*), min(created_at) FILTER (WHERE isfinite(created_at) AND available_at <= now()), now()
-FROM ` + o + ` WHERE status = 'pending'
-GROUP BY topic`
-	// The queues per sink and topic: deliveries waiting (ready or waiting)
-	// with their oldest event, and dead letters.
-	s.statusQueuesSQL = `SELECT sink, topic,
-       count(*) FILTER (WHERE state <> 'dead'),
-       min(created_at) FILTER (WHERE state <> 'dead' AND isfinite(created_at)),
-       count(*) FILTER (WHERE state = 'dead')
-FROM ` + dl + `
-GROUP BY sink, topic`
-	// Published in the last minute, estimated from per-minute counts as a
-	// sliding window: the current minute counts whole, the previous one in
-	// proportion to the part of it still inside the window.
-	// The live relays (a row per claim loop), with whether each runs the
-	// newest configuration: only those claim.
-	s.statusRelaysSQL = `WITH live AS (SELECT * FROM ` + s.tables.Relays() + ` WHERE heartbeat_until > now())
-SELECT owner, started_at, config, config_since, paused_sinks,
-       config = (SELECT config FROM live ORDER BY config_since DESC, config LIMIT 1),
-       ARRAY(SELECT lane FROM ` + s.tables.Lanes() + ` l WHERE l.owner = live.owner AND l.lease_until > now() ORDER BY lane)
-FROM live ORDER BY owner`
-	s.statusPublishedSQL = `SELECT sink, topic, sum(published * CASE
-           WHEN minute >= date_trunc('minute', now()) THEN 1
-           ELSE 1 - extract(epoch FROM now() - date_trunc('minute', now())) / 60 END)::float8
-FROM ` + st + `
-WHERE minute >= date_trunc('minute', now()) - interval '1 minute'
-GROUP BY sink, topic`
-	s.backlogSQL = `SELECT (SELECT count(*) FROM ` + o + ` WHERE status = 'pending'),
-       (SELECT min(created_at) FROM ` + o + ` WHERE status = 'pending' AND isfinite(created_at) AND available_at <= now()),
-       (SELECT count(*) FROM ` + dl + ` WHERE state <> 'dead'),
-       (SELECT min(created_at) FROM ` + dl + ` WHERE state <> 'dead' AND isfinite(created_at)),
-       (SELECT count(*) FROM ` + dl + ` WHERE state = 'dead'),
-       now()`
-}
 
 // Backlog counts what waits in one place: a topic, a sink, or everything.
 // Pending counts events; Queued and Dead count deliveries (one per event
@@ -135,11 +94,62 @@ type RelayStatus struct {
 // route matches).
 type RouteFunc func(topic string) []string
 
+// statusRows are what a backend reads for Status: per topic, per (sink,
+// topic) and per relay, few rows however many events wait.
+type statusRows struct {
+	// at is the database's time.
+	at        time.Time
+	pending   []pendingRow
+	queues    []queueRow
+	published []publishedRow
+	relays    []relayRow
+}
+
+// pendingRow is the pending events of a topic, with the creation time of
+// the oldest one due (zero when none is).
+type pendingRow struct {
+	topic  string
+	n      int64
+	oldest time.Time
+}
+
+// queueRow is the deliveries of a topic on a sink: queued (with the oldest
+// event's creation time, zero when none) and dead.
+type queueRow struct {
+	sink, topic  string
+	queued, dead int64
+	oldest       time.Time
+}
+
+// publishedRow is the estimate of a sink and topic's publications in the
+// last minute.
+type publishedRow struct {
+	sink, topic string
+	n           float64
+}
+
+// relayRow is one live claim loop (relays table row).
+type relayRow struct {
+	owner   string
+	started time.Time
+	config  string
+	// since is zero when unknown (announced by a relay from before the
+	// column).
+	since    time.Time
+	paused   []string
+	claiming bool
+	lanes    []int16
+}
+
 // Status reads the backlog per topic and per sink and what was published
 // in the last minute. routes may be nil; with it, each sink's Pending
 // counts the pending events routed to it.
 func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
-	st := &Status{Topics: []TopicStatus{}, Sinks: []SinkStatus{}, Relays: []RelayStatus{}}
+	rows, err := s.db.status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the status of %s: %w", s.tables.Outbox(), err)
+	}
+	st := &Status{At: rows.at, Topics: []TopicStatus{}, Sinks: []SinkStatus{}, Relays: mergeRelays(rows.relays)}
 	topics := map[string]*TopicStatus{}
 	sinkMap := map[string]*SinkStatus{}
 	topic := func(name string) *TopicStatus {
@@ -158,111 +168,53 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 		sinkMap[name] = x
 		return x
 	}
-	fail := func(what string, err error) (*Status, error) {
-		return nil, fmt.Errorf("reading %s of %s: %w", what, s.tables.Outbox(), err)
-	}
-	// Oldest times (finite ones: see the statements); ages are computed
-	// once st.At is known.
+	// Oldest times; ages are computed once all are known.
 	type oldest struct{ pending, queued time.Time }
 	oldestOf := map[*Backlog]*oldest{}
-	older := func(b *Backlog, pending, queued pgtype.Timestamptz) {
+	older := func(b *Backlog, pending, queued time.Time) {
 		o := oldestOf[b]
 		if o == nil {
 			o = &oldest{}
 			oldestOf[b] = o
 		}
-		if pending.Valid && (o.pending.IsZero() || pending.Time.Before(o.pending)) {
-			o.pending = pending.Time
+		if !pending.IsZero() && (o.pending.IsZero() || pending.Before(o.pending)) {
+			o.pending = pending
 		}
-		if queued.Valid && (o.queued.IsZero() || queued.Time.Before(o.queued)) {
-			o.queued = queued.Time
+		if !queued.IsZero() && (o.queued.IsZero() || queued.Before(o.queued)) {
+			o.queued = queued
 		}
 	}
-	var none pgtype.Timestamptz
+	var none time.Time
 
 	// Pending events per topic, and per sink from the routes.
-	rows, err := s.db.Query(ctx, s.statusPendingSQL)
-	if err != nil {
-		return fail("the pending events per topic", err)
-	}
-	var (
-		name, topicName    string
-		n, dead            int64
-		first, firstQueued pgtype.Timestamptz
-	)
-	for rows.Next() {
-		if err := rows.Scan(&name, &n, &first, &st.At); err != nil {
-			rows.Close()
-			return fail("the pending events per topic", err)
-		}
-		t := topic(name)
-		t.Pending += n
-		older(&t.Backlog, first, none)
-		st.Total.Pending += n
-		older(&st.Total, first, none)
+	for _, r := range rows.pending {
+		t := topic(r.topic)
+		t.Pending += r.n
+		older(&t.Backlog, r.oldest, none)
+		st.Total.Pending += r.n
+		older(&st.Total, r.oldest, none)
 		if routes != nil {
-			for _, sk := range routes(name) {
+			for _, sk := range routes(r.topic) {
 				x := sink(sk)
-				x.Pending += n
-				older(&x.Backlog, first, none)
+				x.Pending += r.n
+				older(&x.Backlog, r.oldest, none)
 			}
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fail("the pending events per topic", err)
-	}
-
 	// The queues and dead letters per sink and topic.
-	rows, err = s.db.Query(ctx, s.statusQueuesSQL)
-	if err != nil {
-		return fail("the queues", err)
-	}
-	for rows.Next() {
-		if err := rows.Scan(&name, &topicName, &n, &firstQueued, &dead); err != nil {
-			rows.Close()
-			return fail("the queues", err)
-		}
-		for _, b := range []*Backlog{&sink(name).Backlog, &topic(topicName).Backlog, &st.Total} {
-			b.Queued += n
-			b.Dead += dead
-			older(b, none, firstQueued)
+	for _, r := range rows.queues {
+		for _, b := range []*Backlog{&sink(r.sink).Backlog, &topic(r.topic).Backlog, &st.Total} {
+			b.Queued += r.queued
+			b.Dead += r.dead
+			older(b, none, r.oldest)
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fail("the queues", err)
-	}
-
 	// Published in the last minute.
-	rows, err = s.db.Query(ctx, s.statusPublishedSQL)
-	if err != nil {
-		return fail("the published counts", err)
-	}
-	var published float64
-	for rows.Next() {
-		if err := rows.Scan(&name, &topicName, &published); err != nil {
-			rows.Close()
-			return fail("the published counts", err)
-		}
-		n := int64(math.Round(published))
-		sink(name).PublishedLastMinute += n
-		topic(topicName).PublishedLastMinute += n
+	for _, r := range rows.published {
+		n := int64(math.Round(r.n))
+		sink(r.sink).PublishedLastMinute += n
+		topic(r.topic).PublishedLastMinute += n
 		st.Total.PublishedLastMinute += n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fail("the published counts", err)
-	}
-
-	if st.Relays, err = s.relays(ctx); err != nil {
-		return fail("the relays", err)
-	}
-
-	if st.At.IsZero() {
-		if err := s.db.QueryRow(ctx, s.nowSQL).Scan(&st.At); err != nil {
-			return fail("the time", err)
-		}
 	}
 	for b, o := range oldestOf {
 		if !o.pending.IsZero() {
@@ -283,54 +235,36 @@ func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 	return st, nil
 }
 
-// relays reads the live relays, merging the claim loops of each (named
-// relay.owner, or relay.owner/N when it has several).
-func (s *Store) relays(ctx context.Context) ([]RelayStatus, error) {
-	rows, err := s.db.Query(ctx, s.statusRelaysSQL)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+// mergeRelays merges the claim loops of each relay (named relay.owner, or
+// relay.owner/N when it has several), rows in owner order.
+func mergeRelays(rows []relayRow) []RelayStatus {
 	out := []RelayStatus{}
 	byName := map[string]int{}
-	var (
-		owner, config string
-		started       time.Time
-		since         pgtype.Timestamptz // -infinity: announced by a relay from before the column
-		paused        []string
-		claiming      bool
-		lanes         []int16
-	)
-	for rows.Next() {
-		if err := rows.Scan(&owner, &started, &config, &since, &paused, &claiming, &lanes); err != nil {
-			return nil, err
-		}
-		name := workerSuffix.ReplaceAllString(owner, "")
+	for _, row := range rows {
+		name := workerSuffix.ReplaceAllString(row.owner, "")
 		i, ok := byName[name]
 		if !ok {
 			i = len(out)
 			byName[name] = i
-			out = append(out, RelayStatus{Relay: name, StartedAt: started, Config: config, Claiming: claiming, PausedSinks: []string{}, Lanes: []int16{}})
-			if since.InfinityModifier == pgtype.Finite {
-				out[i].ConfigSince = since.Time
-			}
+			out = append(out, RelayStatus{Relay: name, StartedAt: row.started, Config: row.config, ConfigSince: row.since,
+				Claiming: row.claiming, PausedSinks: []string{}, Lanes: []int16{}})
 		}
 		r := &out[i]
 		r.Workers++
-		if started.Before(r.StartedAt) {
-			r.StartedAt = started
+		if row.started.Before(r.StartedAt) {
+			r.StartedAt = row.started
 		}
-		r.Claiming = r.Claiming && claiming
-		r.Lanes = append(r.Lanes, lanes...)
+		r.Claiming = r.Claiming && row.claiming
+		r.Lanes = append(r.Lanes, row.lanes...)
 		slices.Sort(r.Lanes)
-		for _, p := range paused {
+		for _, p := range row.paused {
 			if !slices.Contains(r.PausedSinks, p) {
 				r.PausedSinks = append(r.PausedSinks, p)
 			}
 		}
 		slices.Sort(r.PausedSinks)
 	}
-	return out, rows.Err()
+	return out
 }
 
 // workerSuffix is what a relay's claim loops add to its name.
@@ -356,25 +290,30 @@ type Totals struct {
 // Undelivered is what still has to be delivered: Pending + Queued.
 func (t Totals) Undelivered() int64 { return t.Pending + t.Queued }
 
+// totalsRow is what a backend reads for Totals: the oldest times are zero
+// when there is none.
+type totalsRow struct {
+	pending, queued, dead       int64
+	oldestPending, oldestQueued time.Time
+	now                         time.Time
+}
+
 // Totals counts pending events, queued deliveries and dead letters, and the
 // age of the oldest event pending or queued.
 func (s *Store) Totals(ctx context.Context) (Totals, error) {
-	var (
-		t                     Totals
-		oldPending, oldQueued pgtype.Timestamptz
-		now                   time.Time
-	)
-	if err := s.db.QueryRow(ctx, s.backlogSQL).Scan(&t.Pending, &oldPending, &t.Queued, &oldQueued, &t.Dead, &now); err != nil {
-		return t, fmt.Errorf("reading the backlog of %s: %w", s.tables.Outbox(), err)
+	r, err := s.db.totals(ctx)
+	if err != nil {
+		return Totals{}, fmt.Errorf("reading the backlog of %s: %w", s.tables.Outbox(), err)
 	}
+	t := Totals{Pending: r.pending, Queued: r.queued, Dead: r.dead}
 	var oldest time.Time
-	for _, o := range []pgtype.Timestamptz{oldPending, oldQueued} {
-		if o.Valid && (oldest.IsZero() || o.Time.Before(oldest)) {
-			oldest = o.Time
+	for _, o := range []time.Time{r.oldestPending, r.oldestQueued} {
+		if !o.IsZero() && (oldest.IsZero() || o.Before(oldest)) {
+			oldest = o
 		}
 	}
 	if !oldest.IsZero() {
-		t.OldestAge = max(now.Sub(oldest), 0)
+		t.OldestAge = max(r.now.Sub(oldest), 0)
 	}
 	return t, nil
 }

@@ -100,7 +100,7 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, owner string, o *store.O
 		}
 	}
 	if len(o.PromoteKeys) > 0 {
-		if err := s.promote(ctx, tx, o, fence); err != nil {
+		if err := s.promote(ctx, tx, o.PromoteKeys, o.PromoteSinks, fence); err != nil {
 			return 0, fmt.Errorf("promoting the next deliveries of %d queues: %w", len(o.PromoteKeys), err)
 		}
 	}
@@ -248,12 +248,20 @@ type queuePair struct {
 	Sink string `json:"sink"`
 }
 
-// promote gives each queue of o.PromoteKeys that has waiting deliveries
-// and no head its lowest waiting delivery as head, due at once.
-func (s *Store) promote(ctx context.Context, tx *sql.Tx, o *store.Outcome, fence []any) error {
-	pairs := make([]queuePair, len(o.PromoteKeys))
+// Promote gives each queue (keys[i], sinks[i]) that has waiting
+// deliveries and no head its lowest waiting delivery as head, due at once,
+// in any lane: for the dead-letter operations, which hold every lane.
+func (s *Store) Promote(ctx context.Context, tx *sql.Tx, keys, sinks []string) error {
+	return s.promote(ctx, tx, keys, sinks, lanes(^uint64(0)))
+}
+
+// promote gives each queue (keys[i], sinks[i]) of the lanes of fence that
+// has waiting deliveries and no head its lowest waiting delivery as head,
+// due at once.
+func (s *Store) promote(ctx context.Context, tx *sql.Tx, keys, sinks []string, fence []any) error {
+	pairs := make([]queuePair, len(keys))
 	for i := range pairs {
-		pairs[i] = queuePair{Key: o.PromoteKeys[i], Sink: o.PromoteSinks[i]}
+		pairs[i] = queuePair{Key: keys[i], Sink: sinks[i]}
 	}
 	doc, err := json.Marshal(pairs)
 	if err != nil {

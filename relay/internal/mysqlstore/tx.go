@@ -33,9 +33,15 @@ const retries = 5
 // row, and an application's INSERT waits for the relay's transaction
 // (migrations/mysql, TestInsertWhileClaiming).
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return InTx(ctx, s.db, fn)
+}
+
+// InTx is Store.inTx on db, for the dead-letter operations
+// (relay/deadletter), whose writes follow the same rules as the relay's.
+func InTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = s.tryTx(ctx, fn)
+		err = tryTx(ctx, db, fn)
 		if attempt == retries || !retryable(err) {
 			return err
 		}
@@ -50,8 +56,8 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	}
 }
 
-func (s *Store) tryTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+func tryTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
