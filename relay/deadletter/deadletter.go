@@ -39,8 +39,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/heraldhq/herald/migrations"
 )
 
 // DefaultBatchSize is the most rows one statement reads or changes.
@@ -70,8 +68,9 @@ func (e *InputError) Error() string { return e.Field + ": " + e.Reason }
 // Store runs the dead-letter and status operations on one outbox table,
 // on PostgreSQL (New) or MySQL (NewMySQL).
 type Store struct {
-	db        backend
-	tables    migrations.Tables
+	db backend
+	// outbox is the quoted outbox table, as errors name it.
+	outbox    string
 	batchSize int
 }
 
@@ -280,7 +279,7 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 func (s *Store) listPage(ctx context.Context, f Filter, after position, limit int, newest bool) ([]DeadLetter, error) {
 	page, err := s.db.page(ctx, f, after, limit, newest)
 	if err != nil {
-		return nil, fmt.Errorf("listing dead letters of %s: %w", s.tables.Outbox(), err)
+		return nil, fmt.Errorf("listing dead letters of %s: %w", s.outbox, err)
 	}
 	return page, nil
 }
@@ -292,7 +291,7 @@ func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
 	}
 	n, err := s.db.count(ctx, f, 0)
 	if err != nil {
-		return 0, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
+		return 0, fmt.Errorf("counting dead letters of %s: %w", s.outbox, err)
 	}
 	return n, nil
 }
@@ -311,7 +310,7 @@ func (s *Store) CountAtMost(ctx context.Context, f Filter, limit int64) (n int64
 		return 0, false, &InputError{"limit", fmt.Sprintf("must be positive, got %d", limit)}
 	}
 	if n, err = s.db.count(ctx, f, limit+1); err != nil {
-		return 0, false, fmt.Errorf("counting dead letters of %s: %w", s.tables.Outbox(), err)
+		return 0, false, fmt.Errorf("counting dead letters of %s: %w", s.outbox, err)
 	}
 	if n > limit {
 		return limit, true, nil
@@ -467,7 +466,7 @@ func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 	}
 	got, err := s.db.show(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("reading event %s from %s: %w", id, s.tables.Outbox(), err)
+		return nil, fmt.Errorf("reading event %s from %s: %w", id, s.outbox, err)
 	}
 	e := &got.event
 	if got.outbox == "" && len(e.Deliveries) == 0 {

@@ -59,7 +59,7 @@ func (s *Store) HeldKeys(ctx context.Context, limit int) ([]HeldKey, error) {
 	}
 	out, err := s.db.heldKeys(ctx, limit)
 	if err != nil {
-		return nil, fmt.Errorf("reading the held keys of %s: %w", s.tables.Outbox(), err)
+		return nil, fmt.Errorf("reading the held keys of %s: %w", s.outbox, err)
 	}
 	return out, nil
 }
@@ -77,7 +77,7 @@ func (s *Store) KeyQueues(ctx context.Context, key string, limit int) (map[strin
 	}
 	out, err := s.db.keyQueues(ctx, key, limit)
 	if err != nil {
-		return nil, fmt.Errorf("reading the queues of key %q in %s: %w", truncate(key, 60), s.tables.Outbox(), err)
+		return nil, fmt.Errorf("reading the queues of key %q in %s: %w", truncate(key, 60), s.outbox, err)
 	}
 	return out, nil
 }

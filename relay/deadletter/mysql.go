@@ -108,6 +108,12 @@ SET d.state = CASE WHEN d.` + key + ` IS NULL THEN 'ready' ELSE 'waiting' END,
 	// rejoining its queue. ON DUPLICATE KEY assigns left to right, reading
 	// the values already assigned: state goes last, so that each
 	// assignment before it still sees whether the row was dead.
+	// The columns of the row inserted into are named with their table:
+	// the SELECT reads the same table.
+	set := func(col, value string) string {
+		c := dl + "." + col
+		return c + " = IF(" + dl + ".state = 'dead', " + value + ", " + c + ")"
+	}
 	s.route = `INSERT INTO ` + dl + ` (sink, seq, lane, id, topic, ` + key + `, payload, payload_bin, content_type,
     headers, created_at, max_attempts, state, stops_key, attempts, next_at, last_error, queued_at, dead_at)
 SELECT '', d.seq, d.lane, d.id, d.topic, d.` + key + `, d.payload, d.payload_bin, d.content_type,
@@ -118,13 +124,13 @@ FROM ` + dl + ` d
 WHERE d.state = 'dead' AND d.seq IN (` + seqsMarker + `)
   AND d.sink = (SELECT min(x.sink) FROM ` + dl + ` x WHERE x.state = 'dead' AND x.seq = d.seq)
 ON DUPLICATE KEY UPDATE
-    next_at = IF(state = 'dead', VALUES(next_at), next_at),
-    stops_key = IF(state = 'dead', FALSE, stops_key),
-    attempts = IF(state = 'dead', 0, attempts),
-    last_error = IF(state = 'dead', NULL, last_error),
-    dead_at = IF(state = 'dead', NULL, dead_at),
-    queued_at = IF(state = 'dead', ` + mysqlNow + `, queued_at),
-    state = IF(state = 'dead', VALUES(state), state)`
+    ` + set("next_at", "VALUES(next_at)") + `,
+    ` + set("stops_key", "FALSE") + `,
+    ` + set("attempts", "0") + `,
+    ` + set("last_error", "NULL") + `,
+    ` + set("dead_at", "NULL") + `,
+    ` + set("queued_at", mysqlNow) + `,
+    ` + set("state", "VALUES(state)")
 	// The dead letters of events gone back to the routing step (seqs at
 	// the marker), on every sink: read (MySQL has no DELETE ... RETURNING),
 	// then deleted.
@@ -179,7 +185,7 @@ LIMIT ?`
 	s.keyHeads = `SELECT sink FROM ` + dl + ` WHERE head_key = ? ORDER BY sink`
 	s.keyQueue = `SELECT seq, id, topic, state, attempts, coalesce(last_error, ''), next_at, queued_at, dead_at
 FROM ` + dl + ` WHERE queue_key = ? AND sink = ? ORDER BY seq LIMIT ?`
-	return &Store{db: s, tables: t, batchSize: DefaultBatchSize}, nil
+	return &Store{db: s, outbox: mt.Outbox(), batchSize: DefaultBatchSize}, nil
 }
 
 // pairsTable reads (sink, seq) pairs from one JSON parameter, so that a

@@ -99,7 +99,7 @@ func (s *Store) run(ctx context.Context, f Filter, doing string, progress Progre
 	for {
 		batch, err := s.db.batch(ctx, f, after, s.batchSize, replay)
 		if err != nil {
-			return res, fmt.Errorf("%s dead letters of %s (after %d done): %w", doing, s.tables.Outbox(), res.Count, err)
+			return res, fmt.Errorf("%s dead letters of %s (after %d done): %w", doing, s.outbox, res.Count, err)
 		}
 		for _, x := range batch {
 			delete(wanted, x.id)

@@ -166,7 +166,7 @@ RETURNING d.sink, d.seq, d.id::text, d.key, d.stops_key`
 	s.promoteSQL = queue.PromoteSQL(t, "")
 	s.initStatus()
 	s.initHeld()
-	return &Store{db: s, tables: t, batchSize: DefaultBatchSize}, nil
+	return &Store{db: s, outbox: t.Outbox(), batchSize: DefaultBatchSize}, nil
 }
 
 // filterSQL selects dead letters (alias d) after ($1 seq, $2 sink)

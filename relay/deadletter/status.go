@@ -147,7 +147,7 @@ type relayRow struct {
 func (s *Store) Status(ctx context.Context, routes RouteFunc) (*Status, error) {
 	rows, err := s.db.status(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reading the status of %s: %w", s.tables.Outbox(), err)
+		return nil, fmt.Errorf("reading the status of %s: %w", s.outbox, err)
 	}
 	st := &Status{At: rows.at, Topics: []TopicStatus{}, Sinks: []SinkStatus{}, Relays: mergeRelays(rows.relays)}
 	topics := map[string]*TopicStatus{}
@@ -303,7 +303,7 @@ type totalsRow struct {
 func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	r, err := s.db.totals(ctx)
 	if err != nil {
-		return Totals{}, fmt.Errorf("reading the backlog of %s: %w", s.tables.Outbox(), err)
+		return Totals{}, fmt.Errorf("reading the backlog of %s: %w", s.outbox, err)
 	}
 	t := Totals{Pending: r.pending, Queued: r.queued, Dead: r.dead}
 	var oldest time.Time
