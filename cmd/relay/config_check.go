@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay"
 )
 
@@ -124,12 +123,12 @@ func (s *setup) check(ctx context.Context, out io.Writer, path string) error {
 // checkDatabase connects once and checks the schema is at this relay's
 // version.
 func (s *setup) checkDatabase(ctx context.Context) error {
-	pool, err := s.connect(ctx)
+	db, err := s.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := migrations.Check(ctx, pool, s.tables); err != nil {
+	defer db.Close()
+	if err := db.checkSchema(ctx, s.tables); err != nil {
 		return s.scrub(err)
 	}
 	return nil

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay/deadletter"
 )
 
@@ -116,24 +115,24 @@ func selection(f deadletter.Filter, all bool) error {
 // deadLetters connects and returns the store of the selected tables, and a
 // function releasing the connection.
 func (g *globalFlags) deadLetters(cmd *cobra.Command) (*setup, *deadletter.Store, func(), error) {
-	s, err := g.load(false)
+	s, err := g.loadRead(false)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	pool, err := s.connect(cmd.Context())
+	db, err := s.connect(cmd.Context())
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := migrations.Check(cmd.Context(), pool, s.tables); err != nil {
-		pool.Close()
+	if err := db.checkSchema(cmd.Context(), s.tables); err != nil {
+		db.Close()
 		return nil, nil, nil, runtimeError(s.scrub(err))
 	}
-	store, err := deadletter.New(pool, s.tables)
+	store, err := db.deadLetters(s.tables)
 	if err != nil {
-		pool.Close()
+		db.Close()
 		return nil, nil, nil, usageError(err)
 	}
-	return s, store, pool.Close, nil
+	return s, store, db.Close, nil
 }
 
 // confirm asks question on out and reads the answer from in. Without a

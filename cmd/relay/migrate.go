@@ -167,18 +167,18 @@ func (s *setup) migrator(cmd *cobra.Command) (migrator, func(), error) {
 	if s.mysql() {
 		return s.mysqlMigrator(cmd.Context())
 	}
-	pool, err := s.connect(cmd.Context())
+	db, err := s.connect(cmd.Context())
 	if err != nil {
 		return nil, nil, err
 	}
 	// No logger: the commands print each step themselves, and the
 	// migrator's log lines would say it a second time.
-	m, err := migrations.NewMigrator(pool, s.tables, nil)
+	m, err := migrations.NewMigrator(db.pool, s.tables, nil)
 	if err != nil {
-		pool.Close()
+		db.Close()
 		return nil, nil, usageError(err)
 	}
-	return m, pool.Close, nil
+	return m, db.Close, nil
 }
 
 // mysqlMigrator opens the MySQL database and checks it answers; one

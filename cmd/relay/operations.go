@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -58,7 +57,7 @@ type operations struct {
 // configuration says, wiring them into cfg (TracerProvider, Observer). The
 // admin address is bound now, so a port in use fails before the relay
 // starts. Call serve once the relay exists, and stop at the end.
-func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *relay.Config) (*operations, error) {
+func (s *setup) startOperations(ctx context.Context, db database, cfg *relay.Config) (*operations, error) {
 	ops := &operations{}
 	if t := s.file.Tracing; t.Enabled() {
 		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(t.OTLPEndpoint))
@@ -93,7 +92,7 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 	if err != nil {
 		return nil, ops.shutdownTracer(ctx, err)
 	}
-	store, err := deadletter.New(pool, s.tables)
+	store, err := db.deadLetters(s.tables)
 	if err != nil {
 		return nil, ops.shutdownTracer(ctx, err)
 	}
@@ -115,7 +114,7 @@ func (s *setup) startOperations(ctx context.Context, pool *pgxpool.Pool, cfg *re
 		}
 	}
 	server, err := admin.New(s.file.Admin.Config(), admin.Deps{
-		DB:            pool,
+		DB:            db,
 		PausedSinks:   ops.pausedSinks,
 		SinkErrors:    ops.sinkErrors,
 		RecordFailure: ops.recordFailure,

@@ -10,12 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
-
-	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/relay"
 )
 
 // closeTimeout bounds the flushing of sinks after the relay stopped.
@@ -51,18 +46,18 @@ func (s *setup) run(ctx context.Context) error {
 	for _, w := range s.file.Warnings() {
 		s.logger.LogAttrs(ctx, slog.LevelWarn, w.Message, w.Attrs...)
 	}
-	pool, err := s.connectRetrying(ctx)
+	db, err := s.connectRetrying(ctx)
 	if err != nil {
 		return err
 	}
-	if pool == nil {
+	if db == (database{}) {
 		s.logger.InfoContext(ctx, "relay: stopped before the database answered")
 		return nil
 	}
-	defer pool.Close()
+	defer db.Close()
 	s.logger.InfoContext(ctx, "relay: connected", "database", s.redactedURL())
 
-	if err := migrations.Check(ctx, pool, s.tables); err != nil {
+	if err := db.checkSchema(ctx, s.tables); err != nil {
 		if ctx.Err() != nil {
 			s.logger.InfoContext(ctx, "relay: stopped while starting")
 			return nil
@@ -80,11 +75,11 @@ func (s *setup) run(ctx context.Context) error {
 		return built.Close(closeCtx)
 	}
 	built.Config.Tables = s.tables
-	ops, err := s.startOperations(ctx, pool, &built.Config)
+	ops, err := s.startOperations(ctx, db, &built.Config)
 	if err != nil {
 		return runtimeError(errors.Join(err, closeSinks()))
 	}
-	r, err := relay.New(pool, built.Config)
+	r, err := db.newRelay(built.Config)
 	if err != nil {
 		return runtimeError(errors.Join(fmt.Errorf("starting the relay: %w", err), ops.stop(ctx), closeSinks()))
 	}
@@ -106,16 +101,14 @@ func (s *setup) run(ctx context.Context) error {
 	return nil
 }
 
-// connectRetrying opens a pool and waits for the database to answer,
-// retrying with exponential backoff and logging each failure. Failures
-// retrying cannot fix (authentication refused, no such database) end it with
-// an error. It returns a nil pool when ctx ends first.
-func (s *setup) connectRetrying(ctx context.Context) (*pgxpool.Pool, error) {
-	// The relay's pool is its own: sized for its loops, with the session
-	// settings of relay.ConfigurePool.
-	pool, err := s.newPool(ctx, relay.ConfigurePool, func(c *pgxpool.Config) { c.MaxConns = s.file.MaxConns() })
+// connectRetrying opens the relay's pool and waits for the database to
+// answer, retrying with exponential backoff and logging each failure.
+// Failures retrying cannot fix (authentication refused, no such database)
+// end it with an error. It returns a zero database when ctx ends first.
+func (s *setup) connectRetrying(ctx context.Context) (database, error) {
+	db, err := s.open(ctx, true)
 	if err != nil {
-		return nil, err
+		return database{}, err
 	}
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 500 * time.Millisecond
@@ -124,7 +117,7 @@ func (s *setup) connectRetrying(ctx context.Context) (*pgxpool.Pool, error) {
 	attempt := 0
 	err = backoff.RetryNotify(func() error {
 		attempt++
-		err := ping(ctx, pool)
+		err := db.Ping(ctx)
 		if err != nil && permanentConnectError(err) {
 			return backoff.Permanent(err)
 		}
@@ -135,21 +128,11 @@ func (s *setup) connectRetrying(ctx context.Context) (*pgxpool.Pool, error) {
 	})
 	switch {
 	case ctx.Err() != nil:
-		pool.Close()
-		return nil, nil
+		db.Close()
+		return database{}, nil
 	case err != nil:
-		pool.Close()
-		return nil, runtimeError(fmt.Errorf("connecting to %s: %w", s.redactedURL(), s.scrub(err)))
+		db.Close()
+		return database{}, runtimeError(fmt.Errorf("connecting to %s: %w", s.redactedURL(), s.scrub(err)))
 	}
-	return pool, nil
-}
-
-// permanentConnectError reports a refusal by the server that retrying will
-// not fix: bad credentials or a database that does not exist.
-func permanentConnectError(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	return pgErr.Code == "3D000" || pgErr.Code == "28000" || pgErr.Code == "28P01"
+	return db, nil
 }

@@ -26,20 +26,32 @@ type setup struct {
 	logger *slog.Logger
 }
 
-// load is for commands that only read the outbox tables: it reads the
-// configuration, if one is given, with relayconfig.LoadReadOnly, so the
-// ${VAR}s of sections it does not use (the admin token, webhook secrets)
-// need not be set.
+// loadRead is for commands that only read the outbox tables or work the
+// dead letters (status, dlq): it reads the configuration, if one is given,
+// with relayconfig.LoadReadOnly, so the ${VAR}s of sections it does not use
+// (the admin token, webhook secrets) need not be set.
+func (g *globalFlags) loadRead(requireConfig bool) (*setup, error) {
+	return g.loadWith(requireConfig, relayconfig.LoadReadOnly)
+}
+
+// load is loadRead for relay bench, which runs on PostgreSQL only: it
+// refuses a mysql:// database.
 func (g *globalFlags) load(requireConfig bool) (*setup, error) {
-	s, err := g.loadWith(requireConfig, relayconfig.LoadReadOnly)
+	s, err := g.loadRead(requireConfig)
 	if err != nil {
 		return nil, err
 	}
-	return s, s.requirePostgreSQL()
+	if s.mysql() {
+		return nil, usageError(errMySQLBench)
+	}
+	return s, nil
 }
 
-// loadMigrate is load for `relay migrate`, the one command that serves
-// MySQL as well as PostgreSQL today.
+// errMySQLBench is relay bench's answer to a mysql:// database.
+var errMySQLBench = errors.New("database.url: relay bench runs on PostgreSQL only; " +
+	"on a mysql:// database, relay migrate, run, status, dlq and config check work")
+
+// loadMigrate is load for `relay migrate`.
 func (g *globalFlags) loadMigrate() (*setup, error) {
 	return g.loadWith(false, relayconfig.LoadReadOnly)
 }
@@ -47,25 +59,7 @@ func (g *globalFlags) loadMigrate() (*setup, error) {
 // loadAll is for commands that start sinks (run, config check): the whole
 // configuration is required, read and checked.
 func (g *globalFlags) loadAll() (*setup, error) {
-	s, err := g.loadWith(true, relayconfig.Load)
-	if err != nil {
-		return nil, err
-	}
-	return s, s.requirePostgreSQL()
-}
-
-// errMySQLEngine is what the commands other than migrate answer for a
-// mysql:// database: the schema and the outbox library serve MySQL, the
-// relay engine does not yet.
-var errMySQLEngine = errors.New("database.url: a mysql:// database is served by `relay migrate` and the outbox library only; " +
-	"the MySQL relay engine (run, status, dlq, bench, config check) is not built yet")
-
-// requirePostgreSQL refuses a MySQL database.
-func (s *setup) requirePostgreSQL() error {
-	if s.mysql() {
-		return usageError(errMySQLEngine)
-	}
-	return nil
+	return g.loadWith(true, relayconfig.Load)
 }
 
 // mysql reports whether the database URL names MySQL (or MariaDB).
@@ -157,22 +151,16 @@ func (s *setup) newPool(ctx context.Context, configure ...func(*pgxpool.Config))
 	return pool, nil
 }
 
-// ping checks the database answers, within pingTimeout.
-func ping(ctx context.Context, pool *pgxpool.Pool) error {
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	return pool.Ping(ctx)
-}
-
-// connect opens a pool and checks the database answers; one attempt.
-func (s *setup) connect(ctx context.Context) (*pgxpool.Pool, error) {
-	pool, err := s.newPool(ctx)
+// connect opens a small pool (an operator command's) and checks the
+// database answers; one attempt.
+func (s *setup) connect(ctx context.Context) (database, error) {
+	db, err := s.open(ctx, false)
 	if err != nil {
-		return nil, err
+		return database{}, err
 	}
-	if err := ping(ctx, pool); err != nil {
-		pool.Close()
-		return nil, runtimeError(fmt.Errorf("connecting to %s: %w", s.redactedURL(), s.scrub(err)))
+	if err := db.Ping(ctx); err != nil {
+		db.Close()
+		return database{}, runtimeError(fmt.Errorf("connecting to %s: %w", s.redactedURL(), s.scrub(err)))
 	}
-	return pool, nil
+	return db, nil
 }

@@ -29,7 +29,7 @@ func TestRunFeedsTheThroughputHistory(t *testing.T) {
 	}
 	defer pool.Close()
 	var cfg relay.Config
-	ops, err := s.startOperations(ctx, pool, &cfg)
+	ops, err := s.startOperations(ctx, database{pool: pool}, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
