@@ -114,6 +114,14 @@ func (tb *testBundle) deliveries() string {
 	return tb.tables.Deliveries()
 }
 
+// outboxTable is the quoted outbox table of the bundle's database.
+func (tb *testBundle) outboxTable() string {
+	if tb.my != nil {
+		return tb.mt.Outbox()
+	}
+	return tb.tables.Outbox()
+}
+
 // dueIn dates e's ready delivery on sink due in d.
 func (tb *testBundle) dueIn(t *testing.T, e *event, sink string, d time.Duration) {
 	t.Helper()
@@ -392,6 +400,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func (tb *testBundle) count(t *testing.T, table, where string) int {
 	t.Helper()
 	var n int
+	if tb.my != nil {
+		if err := tb.my.QueryRow("SELECT count(*) FROM " + table + " WHERE " + where).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	if err := tb.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table+" WHERE "+where).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
