@@ -308,9 +308,11 @@ func inProcess(t *testing.T, ctx context.Context, args ...string) result {
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 
-// TestREADMEMySQL: the README's MySQL section. `relay migrate up` on the
-// DATABASE_URL it exports, then its INSERT example, which the table takes
-// with defaults for every other column.
+// TestREADMEMySQL runs the README's MySQL quick start on MariaDB, as
+// written: relay migrate up on the DATABASE_URL it exports (the test's
+// database), its INSERT, relay run with its configuration (the webhook
+// pointed at a server of the test's, the admin server on a free port),
+// then relay status and relay dlq list while the relay runs.
 func TestREADMEMySQL(t *testing.T) {
 	t.Parallel()
 	text := readme(t)
@@ -320,33 +322,73 @@ func TestREADMEMySQL(t *testing.T) {
 	}
 	section := text[at:]
 	section = section[:strings.Index(section[3:], "\n## ")+3]
-	var shell, insert []string
+	blocks := map[string][]string{}
 	for _, m := range fencedBlock.FindAllStringSubmatch(section, -1) {
-		switch m[1] {
-		case "sh":
-			shell = append(shell, m[2])
-		case "sql":
-			insert = append(insert, m[2])
+		blocks[m[1]] = append(blocks[m[1]], m[2])
+	}
+	if len(blocks["sh"]) != 2 || !strings.Contains(blocks["sh"][0], "export DATABASE_URL='mysql://") {
+		t.Fatalf("README's MySQL section: want two sh blocks, the first exporting a mysql:// DATABASE_URL, got %q", blocks["sh"])
+	}
+	if len(blocks["sql"]) != 1 || len(blocks["yaml"]) != 1 {
+		t.Fatalf("README's MySQL section: want one SQL and one YAML example, got %d and %d", len(blocks["sql"]), len(blocks["yaml"]))
+	}
+	var commands []string
+	for _, block := range blocks["sh"] {
+		for _, line := range strings.Split(block, "\n") {
+			line, _, _ = strings.Cut(line, "#")
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "export ") {
+				commands = append(commands, line)
+			}
 		}
 	}
-	if len(shell) != 1 || !strings.Contains(shell[0], "export DATABASE_URL='mysql://") || !strings.Contains(shell[0], "\nrelay migrate up") {
-		t.Fatalf("README's MySQL section: want one sh block exporting a mysql:// DATABASE_URL and running relay migrate up, got %q", shell)
+	want := []string{"relay migrate up", "relay run --config relay-mysql.yaml", "relay status", "relay dlq list"}
+	if !slices.Equal(commands, want) {
+		t.Fatalf("README's MySQL quick start runs %q; this test runs %q", commands, want)
 	}
-	if len(insert) != 1 {
-		t.Fatalf("README's MySQL section: want one SQL example, got %d", len(insert))
-	}
+
 	db, dbURL := mysqltest.Database(t)
-	if r := runRelay(t, []string{"DATABASE_URL=" + dbURL}, "migrate", "up"); r.code != 0 || !strings.Contains(r.stdout, "applied 001_outbox") {
+	env := []string{"DATABASE_URL=" + dbURL}
+	if r := runRelay(t, env, "migrate", "up"); r.code != 0 || !strings.Contains(r.stdout, "applied 001_outbox") {
 		t.Fatalf("relay migrate up:\n%s", r)
 	}
-	if _, err := db.Exec(insert[0]); err != nil {
+	if _, err := db.Exec(blocks["sql"][0]); err != nil {
 		t.Fatalf("README's MySQL INSERT example: %v", err)
 	}
-	var topic, key, payload, status string
-	if err := db.QueryRow("SELECT topic, `key`, payload, status FROM outbox").Scan(&topic, &key, &payload, &status); err != nil {
+	var id, topic, key, payload, status string
+	if err := db.QueryRow("SELECT id, topic, `key`, payload, status FROM outbox").Scan(&id, &topic, &key, &payload, &status); err != nil {
 		t.Fatal(err)
 	}
 	if topic != "orders.paid" || key != "order-42" || !strings.Contains(payload, `"order_id": 42`) || status != "pending" {
 		t.Fatalf("stored %q %q %q %q", topic, key, payload, status)
+	}
+
+	delivered := make(chan string, 10)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		delivered <- r.Header.Get("webhook-id")
+	}))
+	defer hook.Close()
+	const hookURL = "http://127.0.0.1:8080/events"
+	if !strings.Contains(blocks["yaml"][0], hookURL) {
+		t.Fatalf("README's relay-mysql.yaml does not send to %s:\n%s", hookURL, blocks["yaml"][0])
+	}
+	cfg := writeConfig(t, strings.Replace(blocks["yaml"][0], hookURL, hook.URL, 1)+`admin: {listen: "127.0.0.1:0"}`+"\n")
+	p := start(t, env, "run", "--config", cfg)
+	select {
+	case got := <-delivered:
+		if got != id {
+			t.Fatalf("the webhook received %s, want %s", got, id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the README's event did not reach the webhook; relay output:\n%s", p.output())
+	}
+	r := runRelay(t, env, "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "0 pending, 0 queued, 0 dead") || !strings.Contains(r.stdout, "RELAY") {
+		t.Fatalf("relay status:\n%s", r)
+	}
+	if r := runRelay(t, env, "dlq", "list"); r.code != 0 || !strings.Contains(r.stderr, "no dead letters match") {
+		t.Fatalf("relay dlq list:\n%s", r)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("relay run exited %d:\n%s", code, p.output())
 	}
 }
