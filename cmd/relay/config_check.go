@@ -59,7 +59,7 @@ func (s *setup) check(ctx context.Context, out io.Writer, path string) error {
 		fmt.Fprintf(out, "database %s: FAILED: %v\n", s.redactedURL(), err)
 		failed = append(failed, "the database")
 	} else {
-		fmt.Fprintf(out, "database %s: %s is migrated\n", s.redactedURL(), s.tables.Outbox())
+		fmt.Fprintf(out, "database %s: %s is migrated\n", s.redactedURL(), s.outboxName())
 	}
 
 	built, err := s.file.Build(ctx, s.logger)

@@ -42,7 +42,7 @@ died, whether it stops its key, and the last error.`,
 			case errors.As(err, &ie):
 				return usageError(err)
 			case errors.Is(err, deadletter.ErrNotFound):
-				return runtimeError(fmt.Errorf("no event with id %s in %s", args[0], s.tables.Outbox()))
+				return runtimeError(fmt.Errorf("no event with id %s in %s", args[0], s.outboxName()))
 			case err != nil:
 				return runtimeError(s.scrub(err))
 			}

@@ -183,7 +183,7 @@ sinks:
     permanent_on: [422]
 routes: [{topics: ["*"], sinks: [hook]}]
 `, dbURL, hook.URL))
-	if r := inProcess(t, ctx, "config", "check", "--config", cfg); r.code != 0 || !strings.Contains(r.stdout, "database mysql://") {
+	if r := inProcess(t, ctx, "config", "check", "--config", cfg); r.code != 0 || !strings.Contains(r.stdout, "`outbox` is migrated") {
 		t.Fatalf("relay config check:\n%s", r)
 	}
 	p := start(t, nil, "run", "--config", cfg)
@@ -237,7 +237,8 @@ routes: [{topics: ["*"], sinks: [hook]}]
 
 	// The CLI, in this process.
 	r := inProcess(t, ctx, "status", "--database-url", dbURL)
-	if r.code != 0 || !strings.Contains(r.stdout, "0 pending, 0 queued, 1 dead") || !strings.Contains(r.stdout, "RELAY") {
+	if r.code != 0 || !strings.Contains(r.stdout, "`outbox` at ") || !strings.Contains(r.stdout, "0 pending, 0 queued, 1 dead") ||
+		!strings.Contains(r.stdout, "RELAY") {
 		t.Fatalf("relay status:\n%s", r)
 	}
 	r = inProcess(t, ctx, "dlq", "list", "--database-url", dbURL, "--sink", "hook")

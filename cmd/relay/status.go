@@ -60,7 +60,7 @@ pending events whose route names the sink.`,
 				fmt.Fprintln(cmd.OutOrStdout(), string(b))
 				return nil
 			}
-			return writeStatus(cmd.OutOrStdout(), s.tables.Outbox(), st)
+			return writeStatus(cmd.OutOrStdout(), s.outboxName(), st)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -136,7 +136,9 @@ func IsLoopback(listen string) (bool, error) {
 	return ip.IsLoopback(), nil
 }
 
-// Pinger checks the database answers; *pgxpool.Pool is one.
+// Pinger checks the database answers; *pgxpool.Pool is one. A *sql.DB
+// (MySQL) has PingContext instead: wrap it in a type whose Ping calls it,
+// as cmd/relay does.
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
