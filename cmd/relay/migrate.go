@@ -37,7 +37,7 @@ func newMigrateUpCommand(g *globalFlags) *cobra.Command {
 		Short: "Apply pending migrations (all, or up to --target)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := g.loadMigrate()
+			s, err := g.loadRead(false)
 			if err != nil {
 				return err
 			}
@@ -76,7 +76,7 @@ func newMigrateDownCommand(g *globalFlags) *cobra.Command {
 			if steps < 1 {
 				return usageError(fmt.Errorf("--steps: must be at least 1, got %d", steps))
 			}
-			s, err := g.loadMigrate()
+			s, err := g.loadRead(false)
 			if err != nil {
 				return err
 			}
@@ -108,7 +108,7 @@ func newMigrateStatusCommand(g *globalFlags) *cobra.Command {
 		Short: "List the migrations and when each was applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := g.loadMigrate()
+			s, err := g.loadRead(false)
 			if err != nil {
 				return err
 			}

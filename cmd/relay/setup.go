@@ -26,10 +26,10 @@ type setup struct {
 	logger *slog.Logger
 }
 
-// loadRead is for commands that only read the outbox tables or work the
-// dead letters (status, dlq): it reads the configuration, if one is given,
-// with relayconfig.LoadReadOnly, so the ${VAR}s of sections it does not use
-// (the admin token, webhook secrets) need not be set.
+// loadRead is for commands that do not start sinks (migrate, status, dlq):
+// it reads the configuration, if one is given, with
+// relayconfig.LoadReadOnly, so the ${VAR}s of sections it does not use (the
+// admin token, webhook secrets) need not be set.
 func (g *globalFlags) loadRead(requireConfig bool) (*setup, error) {
 	return g.loadWith(requireConfig, relayconfig.LoadReadOnly)
 }
@@ -50,11 +50,6 @@ func (g *globalFlags) load(requireConfig bool) (*setup, error) {
 // errMySQLBench is relay bench's answer to a mysql:// database.
 var errMySQLBench = errors.New("database.url: relay bench runs on PostgreSQL only; " +
 	"on a mysql:// database, relay migrate, run, status, dlq and config check work")
-
-// loadMigrate is load for `relay migrate`.
-func (g *globalFlags) loadMigrate() (*setup, error) {
-	return g.loadWith(false, relayconfig.LoadReadOnly)
-}
 
 // loadAll is for commands that start sinks (run, config check): the whole
 // configuration is required, read and checked.
