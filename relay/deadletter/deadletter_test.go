@@ -143,38 +143,39 @@ func TestListFilters(t *testing.T) {
 	})
 }
 
+// TestFilterValidate: the checks are the store's, before any statement;
+// PostgreSQL stands for both databases.
 func TestFilterValidate(t *testing.T) {
 	t.Parallel()
-	forEachDB(t, func(t *testing.T, tb *testBundle) {
-		for _, c := range []struct {
-			f    deadletter.Filter
-			want string
-		}{
-			{deadletter.Filter{IDs: []string{"nope"}}, `id: "nope" is not a UUID`},
-			{deadletter.Filter{OlderThan: -time.Second}, "older_than: must not be negative"},
-			{deadletter.Filter{Since: time.Now(), Until: time.Now().Add(-time.Hour)}, "until:"},
-		} {
-			err := tb.store.List(context.Background(), c.f, deadletter.ListOpts{}, func(deadletter.DeadLetter) error { return nil })
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("List(%+v) = %v, want %q", c.f, err, c.want)
-			}
-			if _, err := tb.store.Replay(context.Background(), c.f, deadletter.ReplayOpts{}); err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("Replay(%+v) = %v, want %q", c.f, err, c.want)
-			}
-			if _, err := tb.store.Purge(context.Background(), c.f, deadletter.PurgeOpts{}); err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("Purge(%+v) = %v, want %q", c.f, err, c.want)
-			}
+	tb := setup(t)
+	for _, c := range []struct {
+		f    deadletter.Filter
+		want string
+	}{
+		{deadletter.Filter{IDs: []string{"nope"}}, `id: "nope" is not a UUID`},
+		{deadletter.Filter{OlderThan: -time.Second}, "older_than: must not be negative"},
+		{deadletter.Filter{Since: time.Now(), Until: time.Now().Add(-time.Hour)}, "until:"},
+	} {
+		err := tb.store.List(context.Background(), c.f, deadletter.ListOpts{}, func(deadletter.DeadLetter) error { return nil })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("List(%+v) = %v, want %q", c.f, err, c.want)
 		}
-		// fn's error stops the walk and is returned.
-		tb.dead(t, "a", "", "hook")
-		tb.dead(t, "b", "", "hook")
-		stop := errors.New("stop")
-		calls := 0
-		err := tb.store.List(context.Background(), deadletter.Filter{}, deadletter.ListOpts{}, func(deadletter.DeadLetter) error { calls++; return stop })
-		if !errors.Is(err, stop) || calls != 1 {
-			t.Fatalf("List returned %v after %d calls", err, calls)
+		if _, err := tb.store.Replay(context.Background(), c.f, deadletter.ReplayOpts{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Replay(%+v) = %v, want %q", c.f, err, c.want)
 		}
-	})
+		if _, err := tb.store.Purge(context.Background(), c.f, deadletter.PurgeOpts{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Purge(%+v) = %v, want %q", c.f, err, c.want)
+		}
+	}
+	// fn's error stops the walk and is returned.
+	tb.dead(t, "a", "", "hook")
+	tb.dead(t, "b", "", "hook")
+	stop := errors.New("stop")
+	calls := 0
+	err := tb.store.List(context.Background(), deadletter.Filter{}, deadletter.ListOpts{}, func(deadletter.DeadLetter) error { calls++; return stop })
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("List returned %v after %d calls", err, calls)
+	}
 }
 
 func TestShow(t *testing.T) {
