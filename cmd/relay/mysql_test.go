@@ -65,7 +65,8 @@ func TestMigrateMySQL(t *testing.T) {
 }
 
 // TestMySQLPasswordNeverPrinted: a refused login says so without the
-// password, from the flag and from a config file.
+// password, from the flag and from a config file, and relay run gives up
+// at once rather than retrying.
 func TestMySQLPasswordNeverPrinted(t *testing.T) {
 	t.Parallel()
 	_, dbURL := mysqltest.Database(t)
@@ -78,6 +79,9 @@ func TestMySQLPasswordNeverPrinted(t *testing.T) {
 	for _, args := range [][]string{
 		{"migrate", "up", "--database-url", u.String()},
 		{"migrate", "status", "--config", runConfig(t, u.String(), "public", "")},
+		{"dlq", "list", "--database-url", u.String()},
+		// A refused login is not retried: run stops at once.
+		{"run", "--config", runConfig(t, u.String(), "public", "")},
 	} {
 		r := runRelay(t, nil, args...)
 		if r.code != 1 || !strings.Contains(r.stderr, "Access denied") {
