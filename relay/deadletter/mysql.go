@@ -29,7 +29,6 @@ const mysqlNow = `utc_timestamp(6)`
 // driver's hang after Exec of a prepared SELECT that returns no rows.
 type mysqlBackend struct {
 	db     *sql.DB
-	tables mysqlmigrations.Tables
 	queues *mysqlstore.Store
 
 	list, listNewest, countAll, countAtMost          string
@@ -57,7 +56,7 @@ func NewMySQL(db *sql.DB, t migrations.Tables) (*Store, error) {
 	const key = "`key`"
 	columns := `d.seq, d.id, d.topic, coalesce(d.` + key + `, ''), d.sink, d.attempts, d.created_at, d.dead_at,
        coalesce(d.last_error, ''), d.stops_key`
-	s := &mysqlBackend{db: db, tables: mt, queues: mysqlstore.New(db, mt, mysqlstore.Config{})}
+	s := &mysqlBackend{db: db, queues: mysqlstore.New(db, mt, mysqlstore.Config{})}
 	// Each statement with a filter has the filterMarker where mysqlFilter
 	// writes the conditions of the filter's fields that are set, each value
 	// a parameter. The first conditions are those of dead_letter_idx
