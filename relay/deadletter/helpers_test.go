@@ -30,6 +30,7 @@ import (
 type testBundle struct {
 	pool   *pgxpool.Pool
 	my     *sql.DB
+	myURL  string
 	mt     mysqlmigrations.Tables
 	tables migrations.Tables
 	store  *deadletter.Store
@@ -73,7 +74,7 @@ func setupMySQL(t *testing.T) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testBundle{my: db, mt: mt, tables: tables, store: store}
+	return &testBundle{my: db, myURL: url, mt: mt, tables: tables, store: store}
 }
 
 // forEachDB runs test on PostgreSQL and on MySQL, in parallel.

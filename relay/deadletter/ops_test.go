@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/deadletter"
 )
 
@@ -338,9 +339,20 @@ func TestReplayWaitsForRecordInFlightMySQL(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The replay's store waits for a lock up to a minute, not the relay's
+	// second: the test sees it wait however loaded the machine.
+	patient, err := relay.OpenMySQL(tb.myURL+"?innodb_lock_wait_timeout=60", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer patient.Close()
+	store, err := deadletter.NewMySQL(patient, tb.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
 	replayed := make(chan error, 1)
 	go func() {
-		_, err := tb.store.Replay(ctx, deadletter.Filter{IDs: []string{d.id}}, deadletter.ReplayOpts{})
+		_, err := store.Replay(ctx, deadletter.Filter{IDs: []string{d.id}}, deadletter.ReplayOpts{})
 		replayed <- err
 	}()
 	waitFor(t, "the replay to wait for the lanes", func() bool {
