@@ -37,8 +37,6 @@ type testBundle struct {
 // plain SQL: the statements are written for the store, with the table
 // names quoted its way and no placeholders (a test formats a seq in).
 type testDB interface {
-	// store names the store: the subtest's name.
-	store() string
 	// names are the test's tables, quoted.
 	names() tableNames
 	// now is the SQL of the time the tables' defaults use.

@@ -52,8 +52,6 @@ func setupMySQL(t testing.TB) *testBundle {
 	return &testBundle{db: mysqlDB{url: url, db: db, tables: tables}, rec: newRecorder()}
 }
 
-func (mysqlDB) store() string { return "mysql" }
-
 func (d mysqlDB) names() tableNames { return d.tables }
 
 func (mysqlDB) now() string { return "utc_timestamp(6)" }

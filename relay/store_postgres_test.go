@@ -34,8 +34,6 @@ func pgBundle(pool *pgxpool.Pool, tables migrations.Tables) *testBundle {
 	return &testBundle{db: pgDB{pool: pool, tables: tables}, tables: tables, rec: newRecorder(), pool: pool}
 }
 
-func (pgDB) store() string { return "postgres" }
-
 func (d pgDB) names() tableNames { return d.tables }
 
 func (pgDB) now() string { return "now()" }
