@@ -150,10 +150,10 @@ func TestSinkDownWritesNothingWhileDown(t *testing.T) {
 	}}
 	cfg := b.config(t, good, downSink)
 	cfg.SinkPause = Backoff{Initial: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: -1}
-	const events = 2000
+	const events = 1000
 	evs := make([]ev, events)
 	for i := range evs {
-		evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%200)}
+		evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%100)}
 	}
 	seqs := b.insert(t, evs...)
 	cfg.Observer = probeCounter{sink: "down", n: &probes}
