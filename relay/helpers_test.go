@@ -47,6 +47,10 @@ type testDB interface {
 	exec(t testing.TB, q string)
 	// queryRow scans the one row of q into dest.
 	queryRow(t testing.TB, q string, dest ...any)
+	// lockRow locks the outbox row seq in a transaction of its own, as an
+	// operator's statement left open would, until unlock (or the test's
+	// end).
+	lockRow(t testing.TB, seq int64) (unlock func())
 	// newRelay returns a relay on the test's database, with a connection
 	// pool of its own where the store wants one (closed when the test ends).
 	newRelay(t testing.TB, cfg Config) (*Relay, error)

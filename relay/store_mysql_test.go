@@ -139,6 +139,22 @@ func (d mysqlDB) queryRow(t testing.TB, q string, dest ...any) {
 	}
 }
 
+func (d mysqlDB) lockRow(t testing.TB, seq int64) (unlock func()) {
+	t.Helper()
+	tx, err := d.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock = func() { _ = tx.Rollback() }
+	t.Cleanup(unlock)
+	rows, err := tx.Query("SELECT 1 FROM "+d.tables.Outbox()+" WHERE seq = ? FOR UPDATE", seq)
+	if err != nil {
+		t.Fatalf("locking row %d: %v", seq, err)
+	}
+	rows.Close()
+	return unlock
+}
+
 // newRelay opens the relay's own pool, closed when the test ends (after the
 // relay has stopped: cleanups run last first).
 func (d mysqlDB) newRelay(t testing.TB, cfg Config) (*Relay, error) {

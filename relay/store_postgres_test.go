@@ -97,6 +97,21 @@ func (d pgDB) queryRow(t testing.TB, q string, dest ...any) {
 	}
 }
 
+func (d pgDB) lockRow(t testing.TB, seq int64) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock = func() { _ = tx.Rollback(ctx) }
+	t.Cleanup(unlock)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+d.tables.Outbox()+" WHERE seq = $1 FOR UPDATE", seq); err != nil {
+		t.Fatalf("locking row %d: %v", seq, err)
+	}
+	return unlock
+}
+
 // newRelay shares the test's pool: PostgreSQL's relays need no settings of
 // their own to be tested.
 func (d pgDB) newRelay(_ testing.TB, cfg Config) (*Relay, error) { return New(d.pool, cfg) }
