@@ -57,7 +57,7 @@ func BenchmarkDrain(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer pool.Close()
-				rb := &testBundle{pool: pool, tables: tb.tables}
+				rb := pgBundle(pool, tb.tables)
 				cfg := rb.config(b, sinks.NewDiscard("discard"))
 				cfg.BatchSize = 1000
 				cfg.Owner = fmt.Sprintf("bench-%d", i)

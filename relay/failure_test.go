@@ -23,6 +23,9 @@ import (
 // E3 (good+bad) waits on bad too. Replaying E1 while E2 still fails on flaky
 // must let E1, E2 and E3 reach bad in order, and E2 reach flaky once it
 // heals. The earlier design left E3 parked at 'infinity' for good.
+//
+// PostgreSQL only: it replays through relay/deadletter, which has
+// PostgreSQL's SQL only so far.
 func TestReplayReleasesEveryFollower(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -129,6 +132,8 @@ FROM %q.row_writes`, c.b.tables.Schema)).Scan(&n, &summary)
 // one delivery each, written once; probing the sink writes nothing, however
 // long the outage, and the backlog is not re-dated when it comes back. The
 // earlier design rewrote every waiting row (and its hold) each pause period.
+//
+// PostgreSQL only: it counts row writes with PL/pgSQL triggers.
 func TestSinkDownWritesNothingWhileDown(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -145,10 +150,10 @@ func TestSinkDownWritesNothingWhileDown(t *testing.T) {
 	}}
 	cfg := b.config(t, good, downSink)
 	cfg.SinkPause = Backoff{Initial: 10 * time.Millisecond, Max: 20 * time.Millisecond, Jitter: -1}
-	const events = 2000
+	const events = 1000
 	evs := make([]ev, events)
 	for i := range evs {
-		evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%200)}
+		evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%100)}
 	}
 	seqs := b.insert(t, evs...)
 	cfg.Observer = probeCounter{sink: "down", n: &probes}
@@ -195,18 +200,18 @@ func (p probeCounter) SinkPublish(sink string, _ int, _ time.Duration) {
 	}
 }
 
-// TestLockedHeadIsNotOvertaken: a pending row that another transaction
-// holds locked (an operator's UPDATE left open) is still claimed and sent in
-// its place, before the next event of its key; its row stays until the lock
-// goes, and it is sent again then. FOR UPDATE SKIP LOCKED skipped it, and
-// the follower went first. The claim itself locks and writes nothing.
-func TestLockedHeadIsNotOvertaken(t *testing.T) {
+// TestClaimLocksNothing: the claim reads the rows of its lanes without
+// locking them, so that an operator's statement or a writer never waits on
+// it.
+//
+// PostgreSQL only: it reads xmax to see that the claim locked nothing. The
+// MySQL store's claim is a plain read (relay/internal/mysqlstore's tests).
+func TestClaimLocksNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
-
-	s := newStore(b.pool, b.tables, "no-writes")
+	b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
+	s := b.session(t, "no-writes")
 	if _, _, _, err := s.refreshLanes(ctx, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -219,28 +224,30 @@ func TestLockedHeadIsNotOvertaken(t *testing.T) {
 	if err := s.releaseAll(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+b.tables.Outbox()+" WHERE seq = $1 FOR UPDATE", seqs[0]); err != nil {
-		t.Fatal(err)
-	}
-	b.start(t, b.config(t, &testSink{name: "mem", rec: b.rec}))
-	waitFor(t, 10*time.Second, "both sent", func() bool { return len(b.rec.all()) >= 2 })
-	if got := seqsInOrder(b.rec.all()); got[0] != seqs[0] || got[1] != seqs[1] {
-		t.Fatalf("key k delivered as %v, want %v first", got, seqs)
-	}
-	waitFor(t, 10*time.Second, "the follower's row removed, the locked one kept", func() bool {
-		return b.count(t, "true") == 1 && b.count(t, fmt.Sprintf("seq = %d", seqs[0])) == 1
+// TestLockedHeadIsNotOvertaken: a pending row that another transaction
+// holds locked (an operator's UPDATE left open) is still claimed and sent in
+// its place, before the next event of its key; its row stays until the lock
+// goes, and it is sent again then. FOR UPDATE SKIP LOCKED skipped it, and
+// the follower went first.
+func TestLockedHeadIsNotOvertaken(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
+		unlock := b.db.lockRow(t, seqs[0])
+		b.start(t, b.config(t, &testSink{name: "mem", rec: b.rec}))
+		waitFor(t, 10*time.Second, "both sent", func() bool { return len(b.rec.all()) >= 2 })
+		if got := seqsInOrder(b.rec.all()); got[0] != seqs[0] || got[1] != seqs[1] {
+			t.Fatalf("key k delivered as %v, want %v first", got, seqs)
+		}
+		waitFor(t, 10*time.Second, "the follower's row removed, the locked one kept", func() bool {
+			return b.count(t, "true") == 1 && b.count(t, fmt.Sprintf("seq = %d", seqs[0])) == 1
+		})
+		unlock()
+		waitFor(t, 10*time.Second, "the locked row sent again and removed", func() bool { return b.count(t, "true") == 0 })
+		checkKeyOrder(t, b.rec.all())
 	})
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "the locked row sent again and removed", func() bool { return b.count(t, "true") == 0 })
-	checkKeyOrder(t, b.rec.all())
 }
 
 // naiveSink delivers every event it can, ignoring that an earlier event of
@@ -270,25 +277,26 @@ func (s *naiveSink) Publish(ctx context.Context, events []sinks.Event) []error {
 // that rule to each sink and recorded E2 as done.
 func TestRelayHoldsBackAKeyWhateverTheSinkReports(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var failed atomic.Bool
-	var firstSeq atomic.Int64
-	sink := &naiveSink{testSink{name: "naive", rec: b.rec}}
-	sink.fail = func(e sinks.Event) error {
-		if e.Seq == firstSeq.Load() && !failed.Swap(true) {
-			return errBoom
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		var failed atomic.Bool
+		var firstSeq atomic.Int64
+		sink := &naiveSink{testSink{name: "naive", rec: b.rec}}
+		sink.fail = func(e sinks.Event) error {
+			if e.Seq == firstSeq.Load() && !failed.Swap(true) {
+				return errBoom
+			}
+			return nil
 		}
-		return nil
-	}
-	seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
-	firstSeq.Store(seqs[0])
-	b.start(t, b.config(t, sink))
-	waitFor(t, 10*time.Second, "E1 delivered and E2 delivered after it", func() bool {
-		got := seqsInOrder(b.rec.all())
-		return len(got) == 3 && got[1] == seqs[0] && got[2] == seqs[1]
-	})
-	waitFor(t, 5*time.Second, "outbox and queue empty", func() bool {
-		return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
+		seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
+		firstSeq.Store(seqs[0])
+		b.start(t, b.config(t, sink))
+		waitFor(t, 10*time.Second, "E1 delivered and E2 delivered after it", func() bool {
+			got := seqsInOrder(b.rec.all())
+			return len(got) == 3 && got[1] == seqs[0] && got[2] == seqs[1]
+		})
+		waitFor(t, 5*time.Second, "outbox and queue empty", func() bool {
+			return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
+		})
 	})
 }
 
@@ -308,31 +316,30 @@ func TestUnroutedSinkDeadLettersItsDeliveries(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			up := &testSink{name: "up", rec: b.rec}
-			flaky := &testSink{name: "flaky", rec: b.rec, fail: func(sinks.Event) error { return errBoom }}
-			cfg := b.config(t, up, flaky)
-			cfg.Backoff = Backoff{Initial: time.Hour, Max: time.Hour}
-			seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"}, ev{topic: "t"})
-			stop := b.start(t, cfg)
-			waitFor(t, 10*time.Second, "the events waiting for flaky", func() bool {
-				return b.countDeliveries(t, "sink = 'flaky' AND state <> 'dead'") == 3
-			})
-			stop()
+			eachStore(t, func(t *testing.T, b *testBundle) {
+				up := &testSink{name: "up", rec: b.rec}
+				flaky := &testSink{name: "flaky", rec: b.rec, fail: func(sinks.Event) error { return errBoom }}
+				cfg := b.config(t, up, flaky)
+				cfg.Backoff = Backoff{Initial: time.Hour, Max: time.Hour}
+				seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"}, ev{topic: "t"})
+				stop := b.start(t, cfg)
+				waitFor(t, 10*time.Second, "the events waiting for flaky", func() bool {
+					return b.countDeliveries(t, "sink = 'flaky' AND state <> 'dead'") == 3
+				})
+				stop()
 
-			cfg.Routes = routes(up, &testSink{name: "flaky", rec: b.rec})
-			cfg.Backoff = Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
-			if _, err := b.pool.Exec(context.Background(), "UPDATE "+b.tables.Deliveries()+" SET next_at = now() WHERE state = 'ready'"); err != nil {
-				t.Fatal(err)
-			}
-			b.start(t, cfg)
-			waitFor(t, 15*time.Second, "every waiting delivery dead-lettered", func() bool {
-				return b.countDeliveries(t, "sink = 'flaky' AND state = 'dead' AND last_error LIKE 'sink no longer routed%'") == 3
+				cfg.Routes = routes(up, &testSink{name: "flaky", rec: b.rec})
+				cfg.Backoff = Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
+				b.db.exec(t, "UPDATE "+b.db.names().Deliveries()+" SET next_at = "+b.db.now()+" WHERE state = 'ready'")
+				b.start(t, cfg)
+				waitFor(t, 15*time.Second, "every waiting delivery dead-lettered", func() bool {
+					return b.countDeliveries(t, "sink = 'flaky' AND state = 'dead' AND last_error LIKE 'sink no longer routed%'") == 3
+				})
+				if n := len(b.rec.forSink("flaky")); n != 0 {
+					t.Fatalf("flaky received %d events after it left the route", n)
+				}
+				exactlyOnce(t, b.rec.all(), "up", seqs)
 			})
-			if n := len(b.rec.forSink("flaky")); n != 0 {
-				t.Fatalf("flaky received %d events after it left the route", n)
-			}
-			exactlyOnce(t, b.rec.all(), "up", seqs)
 		})
 	}
 }
@@ -341,6 +348,9 @@ func TestUnroutedSinkDeadLettersItsDeliveries(t *testing.T) {
 // an event that matched no route, or whose row cannot be read, stops its
 // key like one a sink refused: later events of the key wait until an
 // operator replays or purges it.
+//
+// PostgreSQL only: it purges through relay/deadletter, which has
+// PostgreSQL's SQL only so far.
 func TestStopKeyCoversEventsDeadBeforeAnySink(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -372,24 +382,23 @@ func TestStopKeyCoversEventsDeadBeforeAnySink(t *testing.T) {
 // lanes and publish a key's events at once; the second refuses to start.
 func TestOwnerNameInUseIsRefused(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
-	cfg.Owner = "replica"
-	cfg.Workers = 1
-	b.start(t, cfg)
-	waitFor(t, 10*time.Second, "the first relay's heartbeat", func() bool {
-		var n int
-		_ = b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.tables.Relays()+" WHERE owner = 'replica'").Scan(&n)
-		return n == 1
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+		cfg.Owner = "replica"
+		cfg.Workers = 1
+		b.start(t, cfg)
+		waitFor(t, 10*time.Second, "the first relay's heartbeat", func() bool {
+			return b.countIn(t, b.db.names().Relays(), "owner = 'replica'") == 1
+		})
+		second, err := b.db.newRelay(t, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = second.Run(context.Background())
+		if err == nil || !strings.Contains(err.Error(), `relay.owner: a relay named "replica" is already running`) {
+			t.Fatalf("second relay with the same owner: Run = %v", err)
+		}
 	})
-	second, err := New(b.pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = second.Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `relay.owner: a relay named "replica" is already running`) {
-		t.Fatalf("second relay with the same owner: Run = %v", err)
-	}
 }
 
 // TestPublishEndsWithTheLanesLease: a publish is bounded by the lanes'
@@ -398,36 +407,37 @@ func TestOwnerNameInUseIsRefused(t *testing.T) {
 // delivers those events again.
 func TestPublishEndsWithTheLanesLease(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	deadline := make(chan time.Time, 1)
-	sink := &blockingSink{name: "slow", deadline: deadline}
-	cfg := b.config(t, sink)
-	cfg.Lease = 10 * time.Second
-	cfg.PublishTimeout = 5 * time.Second
-	r, err := New(b.pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := r.workers[0]
-	if err := w.refreshLanes(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.insert(t, ev{topic: "t", key: "k"})
-	w.lanesExpire = time.Now().Add(300 * time.Millisecond)
-	_, err = w.cycle(ctx)
-	if got := <-deadline; !got.Equal(w.lanesExpire) {
-		t.Fatalf("publish deadline %v, want the lanes' expiry %v", got, w.lanesExpire)
-	}
-	if err == nil || !strings.Contains(err.Error(), "lease ran out") {
-		t.Fatalf("cycle = %v, want the batch left unrecorded", err)
-	}
-	if n := b.count(t, "true"); n != 1 {
-		t.Fatalf("%d rows left, want the unrecorded event still pending", n)
-	}
-	if err := w.store.releaseAll(ctx); err != nil {
-		t.Fatal(err)
-	}
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		ctx := context.Background()
+		deadline := make(chan time.Time, 1)
+		sink := &blockingSink{name: "slow", deadline: deadline}
+		cfg := b.config(t, sink)
+		cfg.Lease = 10 * time.Second
+		cfg.PublishTimeout = 5 * time.Second
+		r, err := b.db.newRelay(t, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := r.workers[0]
+		if err := w.refreshLanes(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.insert(t, ev{topic: "t", key: "k"})
+		w.lanesExpire = time.Now().Add(300 * time.Millisecond)
+		_, err = w.cycle(ctx)
+		if got := <-deadline; !got.Equal(w.lanesExpire) {
+			t.Fatalf("publish deadline %v, want the lanes' expiry %v", got, w.lanesExpire)
+		}
+		if err == nil || !strings.Contains(err.Error(), "lease ran out") {
+			t.Fatalf("cycle = %v, want the batch left unrecorded", err)
+		}
+		if n := b.count(t, "true"); n != 1 {
+			t.Fatalf("%d rows left, want the unrecorded event still pending", n)
+		}
+		if err := w.store.releaseAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // blockingSink blocks each Publish until its context ends and reports the

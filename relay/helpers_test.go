@@ -12,31 +12,80 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/migrations/pgtest"
-	"github.com/heraldhq/herald/relay/internal/pgstore"
 	"github.com/heraldhq/herald/sinks"
 )
 
+// testBundle is a test's own database with Herald's tables, on one store,
+// and the recorder its test sinks write to. The SQL it runs is in the
+// store's harness (store_postgres_test.go, store_mysql_test.go); the tests
+// that use only the bundle's methods run on every store (eachStore).
 type testBundle struct {
-	pool   *pgxpool.Pool
+	db testDB
+	// tables is what Config.Tables takes: the test's schema on PostgreSQL,
+	// the default names in the test's own database on MySQL.
 	tables migrations.Tables
 	rec    *recorder
+	// pool is set on PostgreSQL only, for the tests that are PostgreSQL's
+	// alone (LISTEN/NOTIFY, vacuum, triggers, relay/deadletter).
+	pool *pgxpool.Pool
 }
 
-// newStore returns the session of a relay named owner on the test's tables,
-// as a worker has it (with the empty configuration).
-func newStore(pool *pgxpool.Pool, t migrations.Tables, owner string) *session {
-	return &session{store: pgstore.New(pool, t), owner: owner}
+// testDB is what the behavioural tests need of a store's database, in
+// plain SQL: the statements are written for the store, with the table
+// names quoted its way and no placeholders (a test formats a seq in).
+type testDB interface {
+	// names are the test's tables, quoted.
+	names() tableNames
+	// now is the SQL of the time the tables' defaults use.
+	now() string
+	// insert runs one transaction inserting evs with plain SQL, commits it
+	// (or rolls it back) and returns their seqs in the order of evs.
+	insert(t testing.TB, evs []ev, commit bool) []int64
+	exec(t testing.TB, q string)
+	// queryRow scans the one row of q into dest.
+	queryRow(t testing.TB, q string, dest ...any)
+	// lockRow locks the outbox row seq in a transaction of its own, as an
+	// operator's statement left open would, until unlock (or the test's
+	// end).
+	lockRow(t testing.TB, seq int64) (unlock func())
+	// newRelay returns a relay on the test's database, with a connection
+	// pool of its own where the store wants one (closed when the test ends).
+	newRelay(t testing.TB, cfg Config) (*Relay, error)
+	// session returns the session of a relay named owner, as a worker has
+	// it (with the empty configuration), for tests that drive its steps.
+	session(t testing.TB, owner string) *session
 }
 
-func setup(t testing.TB) *testBundle {
+// tableNames are the quoted names of the test's tables.
+type tableNames interface {
+	Outbox() string
+	Deliveries() string
+	Lanes() string
+	Relays() string
+}
+
+// eachStore runs test as a parallel subtest on each store, named after it,
+// each with a database of its own.
+func eachStore(t *testing.T, test func(t *testing.T, b *testBundle)) {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	return &testBundle{pool: pool, tables: pgtest.Schema(t, pool), rec: newRecorder()}
+	for _, s := range []struct {
+		name  string
+		setup func(testing.TB) *testBundle
+	}{{"postgres", setup}, {"mysql", setupMySQL}} {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, s.setup(t))
+		})
+	}
+}
+
+// session returns the session of a relay named owner on the test's tables.
+func (b *testBundle) session(t testing.TB, owner string) *session {
+	t.Helper()
+	return b.db.session(t, owner)
 }
 
 // delivery is one event as a test sink received it.
@@ -145,39 +194,21 @@ type ev struct {
 // insert commits events in one transaction and returns their seqs.
 func (b *testBundle) insert(t testing.TB, evs ...ev) []int64 {
 	t.Helper()
-	topics := make([]string, len(evs))
-	keys := make([]pgtype.Text, len(evs))
-	payloads := make([]string, len(evs))
-	delays := make([]time.Duration, len(evs))
-	maxAtt := make([]pgtype.Int4, len(evs))
-	for i, e := range evs {
-		topics[i] = e.topic
-		keys[i] = pgtype.Text{String: e.key, Valid: e.key != ""}
-		payloads[i] = e.payload
-		if payloads[i] == "" {
-			payloads[i] = fmt.Sprintf(`{"n":%d}`, i)
-		}
-		delays[i] = e.delay
-		maxAtt[i] = pgtype.Int4{Int32: int32(e.maxAtt), Valid: e.maxAtt > 0}
+	return b.db.insert(t, evs, true)
+}
+
+// insertRolledBack inserts events in a transaction it rolls back.
+func (b *testBundle) insertRolledBack(t testing.TB, evs ...ev) {
+	t.Helper()
+	b.db.insert(t, evs, false)
+}
+
+// payload is the JSON of e, or a small default one for the i-th event.
+func (e ev) payloadOr(i int) string {
+	if e.payload != "" {
+		return e.payload
 	}
-	rows, err := b.pool.Query(context.Background(), `INSERT INTO `+b.tables.Outbox()+` (topic, key, payload, available_at, max_attempts)
-SELECT u.topic, u.key, u.payload::json, now() + u.delay, u.max FROM unnest($1::text[], $2::text[], $3::text[], $4::interval[], $5::int[])
-  WITH ORDINALITY AS u(topic, key, payload, delay, max, n) ORDER BY u.n RETURNING seq`, topics, keys, payloads, delays, maxAtt)
-	if err != nil {
-		t.Fatalf("inserting events: %v", err)
-	}
-	var seqs []int64
-	for rows.Next() {
-		var s int64
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		seqs = append(seqs, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("inserting events: %v", err)
-	}
-	return seqs
+	return fmt.Sprintf(`{"n":%d}`, i)
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -210,9 +241,9 @@ func (b *testBundle) config(t testing.TB, targets ...sinks.Sink) Config {
 // before it runs.
 func (b *testBundle) start(t testing.TB, cfg Config, tune ...func(*Relay)) (stop func()) {
 	t.Helper()
-	r, err := New(b.pool, cfg)
+	r, err := b.db.newRelay(t, cfg)
 	if err != nil {
-		t.Fatalf("relay.New: %v", err)
+		t.Fatalf("new relay: %v", err)
 	}
 	for _, f := range tune {
 		f(r)
@@ -270,44 +301,23 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// count counts the outbox rows matching where.
 func (b *testBundle) count(t testing.TB, where string) int {
 	t.Helper()
-	var n int
-	if err := b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.tables.Outbox()+" WHERE "+where).Scan(&n); err != nil {
-		t.Fatalf("counting rows: %v", err)
-	}
-	return n
+	return b.countIn(t, b.db.names().Outbox(), where)
 }
 
-// autovacuumOff turns autovacuum off on the test's tables: only the relay
-// vacuums them then, and their dead tuples stay until it does.
-func (b *testBundle) autovacuumOff(t testing.TB) {
-	t.Helper()
-	for _, table := range []string{b.tables.Outbox(), b.tables.Deliveries()} {
-		if _, err := b.pool.Exec(context.Background(), "ALTER TABLE "+table+" SET (autovacuum_enabled = false)"); err != nil {
-			t.Fatalf("turning autovacuum off on %s: %v", table, err)
-		}
-	}
-}
-
-// outboxVacuums returns how many times the outbox was vacuumed by a VACUUM
-// command (on a test's own table, only the relay runs one; autovacuum's are
-// counted apart) and its dead tuples now.
-func (b *testBundle) outboxVacuums(t testing.TB) (vacuums, dead int64) {
-	t.Helper()
-	if err := b.pool.QueryRow(context.Background(), `SELECT vacuum_count, n_dead_tup
-FROM pg_stat_user_tables WHERE relid = to_regclass($1)`, b.tables.Outbox()).Scan(&vacuums, &dead); err != nil {
-		t.Fatalf("reading the outbox's vacuum statistics: %v", err)
-	}
-	return vacuums, dead
-}
-
+// countDeliveries counts the deliveries matching where.
 func (b *testBundle) countDeliveries(t testing.TB, where string) int {
 	t.Helper()
+	return b.countIn(t, b.db.names().Deliveries(), where)
+}
+
+// countIn counts the rows of table matching where.
+func (b *testBundle) countIn(t testing.TB, table, where string) int {
+	t.Helper()
 	var n int
-	if err := b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.tables.Deliveries()+" WHERE "+where).Scan(&n); err != nil {
-		t.Fatalf("counting deliveries: %v", err)
-	}
+	b.db.queryRow(t, "SELECT count(*) FROM "+table+" WHERE "+where, &n)
 	return n
 }
 

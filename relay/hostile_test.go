@@ -21,6 +21,9 @@ import (
 
 // Hostile rows and peers: values a writer or a peer can put where the relay
 // reads or stores them. Each must stop nothing but its own event.
+// PostgreSQL only: the values are PostgreSQL's (infinity, triggers, roles);
+// the MySQL tables' refusals are tested in migrations/mysql and
+// relay/internal/mysqlstore.
 
 // TestTimesAWriterSetsMustBeTimes covers created_at and available_at set to
 // 'infinity', '-infinity' or dates outside years 1 to 9999 by a plain

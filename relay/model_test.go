@@ -40,6 +40,9 @@ var modelSeeds = []uint64{1, 2, 3, 4}
 //
 //	go test ./relay -run TestModel -model.seed 7     # one seed
 //	go test ./relay -run TestModel -model.runs 200   # a soak over random seeds
+//
+// PostgreSQL only: its faults go through a TCP proxy of pgx connections, and
+// it replays and purges through relay/deadletter.
 func TestModel(t *testing.T) {
 	t.Parallel()
 	seeds := modelSeeds

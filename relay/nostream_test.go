@@ -44,6 +44,8 @@ func (o *outcomeCounter) Failed(_, _, outcome string) {
 // stream covers pause the NATS sink instead of spending their attempts
 // (each allows one, so a retryable error would dead-letter it at once),
 // and are delivered, in order, once a stream covering the subject exists.
+//
+// PostgreSQL only: it tests the NATS sink's errors, not the store.
 func TestNATSSubjectWithoutStreamPausesSink(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

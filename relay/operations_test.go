@@ -20,45 +20,46 @@ import (
 
 func TestPausedSinks(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var down atomic.Bool
-	down.Store(true)
-	s := &testSink{name: "flaky", rec: b.rec, fail: func(sinks.Event) error {
-		if down.Load() {
-			return sinks.Unavailable(errors.New("dial tcp: connection refused"))
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		var down atomic.Bool
+		down.Store(true)
+		s := &testSink{name: "flaky", rec: b.rec, fail: func(sinks.Event) error {
+			if down.Load() {
+				return sinks.Unavailable(errors.New("dial tcp: connection refused"))
+			}
+			return nil
+		}}
+		cfg := b.config(t, s)
+		r, err := b.db.newRelay(t, cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}}
-	cfg := b.config(t, s)
-	r, err := New(b.pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	before := time.Now()
-	b.insert(t, ev{topic: "t"})
-	waitFor(t, 10*time.Second, "the sink to be paused", func() bool { return len(r.PausedSinks()) == 1 })
-	since := r.PausedSinks()["flaky"]
-	if since.Before(before) || since.After(time.Now()) {
-		t.Fatalf("paused since %v, want after %v", since, before)
-	}
-	// Later failures keep the first pause time.
-	tries := s.publishes()
-	waitFor(t, 10*time.Second, "two more tries of the paused sink", func() bool { return s.publishes() >= tries+2 })
-	if again := r.PausedSinks()["flaky"]; !again.Equal(since) {
-		t.Fatalf("paused since moved from %v to %v", since, again)
-	}
-	if err := r.PauseErrors()["flaky"]; err == nil || !strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("PauseErrors()[flaky] = %v, want the sink's error", err)
-	}
-	down.Store(false)
-	waitFor(t, 10*time.Second, "the sink to resume", func() bool { return len(r.PausedSinks()) == 0 })
-	if errs := r.PauseErrors(); len(errs) != 0 {
-		t.Fatalf("PauseErrors() after resuming = %v, want none", errs)
-	}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		before := time.Now()
+		b.insert(t, ev{topic: "t"})
+		waitFor(t, 10*time.Second, "the sink to be paused", func() bool { return len(r.PausedSinks()) == 1 })
+		since := r.PausedSinks()["flaky"]
+		if since.Before(before) || since.After(time.Now()) {
+			t.Fatalf("paused since %v, want after %v", since, before)
+		}
+		// Later failures keep the first pause time.
+		tries := s.publishes()
+		waitFor(t, 10*time.Second, "two more tries of the paused sink", func() bool { return s.publishes() >= tries+2 })
+		if again := r.PausedSinks()["flaky"]; !again.Equal(since) {
+			t.Fatalf("paused since moved from %v to %v", since, again)
+		}
+		if err := r.PauseErrors()["flaky"]; err == nil || !strings.Contains(err.Error(), "connection refused") {
+			t.Fatalf("PauseErrors()[flaky] = %v, want the sink's error", err)
+		}
+		down.Store(false)
+		waitFor(t, 10*time.Second, "the sink to resume", func() bool { return len(r.PausedSinks()) == 0 })
+		if errs := r.PauseErrors(); len(errs) != 0 {
+			t.Fatalf("PauseErrors() after resuming = %v, want none", errs)
+		}
+	})
 }
 
 // countingObserver counts SinkPublish calls and the events they carried.
@@ -79,6 +80,8 @@ func (o *countingObserver) SinkPublish(sink string, events int, took time.Durati
 
 // TestPublishedCountsAreFlushed: counts reach the stats table by the end of
 // Run (and every few seconds before), and rows older than a day go.
+//
+// PostgreSQL only: it reads the stats table with PostgreSQL's SQL.
 func TestPublishedCountsAreFlushed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -149,6 +152,8 @@ func (s *headerSink) got() []map[string]string {
 	return append([]map[string]string(nil), s.headers...)
 }
 
+// PostgreSQL only: it inserts headers with PostgreSQL's SQL; carrying them
+// is the engine's work, not the store's.
 func TestPublishSpans(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -231,6 +236,8 @@ func (o *labelObserver) Published(_, topic string, _ time.Duration) {
 // relay's memory from 35 to 218 MB for good and /metrics to 12 MB: the
 // observer and the published counts see each event's topic label, the first
 // of relay.metrics_topics its topic matches, or relay.OtherTopics.
+//
+// PostgreSQL only: it reads the stats table with PostgreSQL's SQL.
 func TestTopicLabelsAreBounded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -19,6 +19,8 @@ import (
 // time, A's event must still reach the sink first, although B's transaction
 // began first: events are due from the time of their INSERT, not of their
 // transaction's start.
+//
+// PostgreSQL only: it orders pgx transactions.
 func TestKeyOrderWhenTheLaterWriterBeganFirst(t *testing.T) {
 	t.Parallel()
 	writer := func(t *testing.T, b *testBundle) func(ctx context.Context, tx pgx.Tx) error {
@@ -82,6 +84,8 @@ func TestKeyOrderWhenTheLaterWriterBeganFirst(t *testing.T) {
 // moments, lock their key's aggregate row after a random wait, enqueue and
 // commit, while two relays claim small batches. Every key's events reach the
 // sink in seq order.
+//
+// PostgreSQL only: its writers are pgx transactions.
 func TestKeyOrderUnderContendedWriters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -15,29 +15,20 @@ import (
 
 func TestDeliversCommittedEventsOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	sink := &testSink{name: "mem", rec: b.rec}
-	stop := b.start(t, b.config(t, sink))
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		sink := &testSink{name: "mem", rec: b.rec}
+		stop := b.start(t, b.config(t, sink))
 
-	// A rolled-back transaction leaves nothing to publish.
-	ctx := context.Background()
-	tx, err := b.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+b.tables.Outbox()+` (topic, key, payload) VALUES ('orders.paid', 'o-1', '{"rolled":"back"}')`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	seqs := b.insert(t, ev{topic: "orders.paid", key: "o-2"}, ev{topic: "orders.paid"}, ev{topic: "orders.created", key: "o-3"})
-	waitFor(t, 10*time.Second, "3 deliveries", func() bool { return len(b.rec.all()) >= 3 })
-	waitFor(t, 10*time.Second, "rows deleted", func() bool { return b.count(t, "true") == 0 })
-	// Once Run has returned, nothing more can arrive: a duplicate or the
-	// rolled-back event would be in the recorder now.
-	stop()
-	exactlyOnce(t, b.rec.all(), "mem", seqs)
+		// A rolled-back transaction leaves nothing to publish.
+		b.insertRolledBack(t, ev{topic: "orders.paid", key: "o-1", payload: `{"rolled":"back"}`})
+		seqs := b.insert(t, ev{topic: "orders.paid", key: "o-2"}, ev{topic: "orders.paid"}, ev{topic: "orders.created", key: "o-3"})
+		waitFor(t, 10*time.Second, "3 deliveries", func() bool { return len(b.rec.all()) >= 3 })
+		waitFor(t, 10*time.Second, "rows deleted", func() bool { return b.count(t, "true") == 0 })
+		// Once Run has returned, nothing more can arrive: a duplicate or the
+		// rolled-back event would be in the recorder now.
+		stop()
+		exactlyOnce(t, b.rec.all(), "mem", seqs)
+	})
 }
 
 func TestManyRelaysKeepKeyOrder(t *testing.T) {
@@ -45,268 +36,310 @@ func TestManyRelaysKeepKeyOrder(t *testing.T) {
 	for _, keys := range []int{200, 5} {
 		t.Run(fmt.Sprintf("%dkeys", keys), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			const events = 20000
-			evs := make([]ev, events)
-			for i := range evs {
-				evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%keys)}
-				if i%50 == 0 {
-					evs[i].key = "" // some events have no key
+			eachStore(t, func(t *testing.T, b *testBundle) {
+				const events = 3000
+				evs := make([]ev, events)
+				for i := range evs {
+					evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%keys)}
+					if i%50 == 0 {
+						evs[i].key = "" // some events have no key
+					}
 				}
-			}
-			var seqs []int64
-			for i := 0; i < events; i += 5000 {
-				seqs = append(seqs, b.insert(t, evs[i:i+5000]...)...)
-			}
-			for i := range 3 {
-				// Each relay has its own sink instance (Publish is never
-				// concurrent on one sink), all writing to one recorder.
-				cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
-				cfg.Owner = fmt.Sprintf("relay-%d", i)
-				b.start(t, cfg)
-			}
-			waitFor(t, 60*time.Second, "all events delivered", func() bool { return len(b.rec.all()) >= events })
-			got := b.rec.all()
-			exactlyOnce(t, got, "mem", seqs)
-			checkKeyOrder(t, got)
-			waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+				seqs := b.insert(t, evs...)
+				for i := range 3 {
+					// Each relay has its own sink instance (Publish is never
+					// concurrent on one sink), all writing to one recorder.
+					cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+					cfg.Owner = fmt.Sprintf("relay-%d", i)
+					b.start(t, cfg)
+				}
+				waitFor(t, 60*time.Second, "all events delivered", func() bool { return len(b.rec.all()) >= events })
+				got := b.rec.all()
+				exactlyOnce(t, got, "mem", seqs)
+				checkKeyOrder(t, got)
+				waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+			})
 		})
 	}
 }
 
 func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var calls atomic.Int32
-	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
-		if e.Topic == "bad" {
-			calls.Add(1)
-			return fmt.Errorf("attempt %d: %w", e.Attempt, errBoom)
-		}
-		return nil
-	}}
-	cfg := b.config(t, sink)
-	cfg.MaxAttempts = 4
-	cfg.Backoff = Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second, Multiplier: 2, Jitter: -1}
-	start := time.Now()
-	seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "other"})
-	b.start(t, cfg)
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		var calls atomic.Int32
+		sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
+			if e.Topic == "bad" {
+				calls.Add(1)
+				return fmt.Errorf("attempt %d: %w", e.Attempt, errBoom)
+			}
+			return nil
+		}}
+		cfg := b.config(t, sink)
+		cfg.MaxAttempts = 4
+		cfg.Backoff = Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second, Multiplier: 2, Jitter: -1}
+		start := time.Now()
+		seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "other"})
+		b.start(t, cfg)
 
-	// The other key is not held back.
-	waitFor(t, 5*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
-	if first := b.rec.all()[0]; first.seq != seqs[2] {
-		t.Fatalf("first delivery was seq %d, want the other key's %d", first.seq, seqs[2])
-	}
-	// Attempts at ~0, 200, 600, 1400 ms: dead after the fourth.
-	waitFor(t, 10*time.Second, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead'") == 1 })
-	elapsed := time.Since(start)
-	if elapsed < 1400*time.Millisecond {
-		t.Fatalf("dead-lettered after %s; backoff of 200ms+400ms+800ms not respected", elapsed)
-	}
-	if got := calls.Load(); got != 4 {
-		t.Fatalf("sink saw %d attempts, want 4", got)
-	}
-	var attempts int
-	var state, lastErr string
-	if err := b.pool.QueryRow(context.Background(), "SELECT state, attempts, last_error FROM "+b.tables.Deliveries()+" WHERE sink = 'mem' AND seq = $1",
-		seqs[0]).Scan(&state, &attempts, &lastErr); err != nil {
-		t.Fatal(err)
-	}
-	if state != "dead" || attempts != 4 || !strings.Contains(lastErr, "attempt 4: boom") {
-		t.Fatalf("dead letter: state %s, attempts %d, last_error %q", state, attempts, lastErr)
-	}
-	// Once the head is dead, the key moves on: its follower is delivered.
-	waitFor(t, 5*time.Second, "follower delivered", func() bool { return len(b.rec.all()) >= 2 })
-	got := b.rec.all()
-	if got[1].seq != seqs[1] {
-		t.Fatalf("second delivery seq %d, want follower %d", got[1].seq, seqs[1])
-	}
-	if got[1].at.Sub(start) < 1400*time.Millisecond {
-		t.Fatalf("follower delivered %s after start, before its head was dead-lettered", got[1].at.Sub(start))
-	}
-	waitFor(t, 5*time.Second, "queue emptied", func() bool { return b.countDeliveries(t, "state <> 'dead'") == 0 })
+		// The other key is not held back.
+		waitFor(t, 5*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
+		if first := b.rec.all()[0]; first.seq != seqs[2] {
+			t.Fatalf("first delivery was seq %d, want the other key's %d", first.seq, seqs[2])
+		}
+		// Attempts at ~0, 200, 600, 1400 ms: dead after the fourth.
+		waitFor(t, 10*time.Second, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead'") == 1 })
+		elapsed := time.Since(start)
+		if elapsed < 1400*time.Millisecond {
+			t.Fatalf("dead-lettered after %s; backoff of 200ms+400ms+800ms not respected", elapsed)
+		}
+		if got := calls.Load(); got != 4 {
+			t.Fatalf("sink saw %d attempts, want 4", got)
+		}
+		var attempts int
+		var state, lastErr string
+		b.db.queryRow(t, fmt.Sprintf("SELECT state, attempts, last_error FROM %s WHERE sink = 'mem' AND seq = %d", b.db.names().Deliveries(), seqs[0]),
+			&state, &attempts, &lastErr)
+		if state != "dead" || attempts != 4 || !strings.Contains(lastErr, "attempt 4: boom") {
+			t.Fatalf("dead letter: state %s, attempts %d, last_error %q", state, attempts, lastErr)
+		}
+		// Once the head is dead, the key moves on: its follower is delivered.
+		waitFor(t, 5*time.Second, "follower delivered", func() bool { return len(b.rec.all()) >= 2 })
+		got := b.rec.all()
+		if got[1].seq != seqs[1] {
+			t.Fatalf("second delivery seq %d, want follower %d", got[1].seq, seqs[1])
+		}
+		if got[1].at.Sub(start) < 1400*time.Millisecond {
+			t.Fatalf("follower delivered %s after start, before its head was dead-lettered", got[1].at.Sub(start))
+		}
+		waitFor(t, 5*time.Second, "queue emptied", func() bool { return b.countDeliveries(t, "state <> 'dead'") == 0 })
+	})
 }
 
 func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
-		if e.Topic == "bad" {
-			return sinks.Permanent(fmt.Errorf("rejected: %w", errBoom))
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
+			if e.Topic == "bad" {
+				return sinks.Permanent(fmt.Errorf("rejected: %w", errBoom))
+			}
+			return nil
+		}}
+		seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"})
+		b.start(t, b.config(t, sink))
+		waitFor(t, 5*time.Second, "follower delivered", func() bool { return len(b.rec.all()) == 1 })
+		if got := b.rec.all()[0].seq; got != seqs[1] {
+			t.Fatalf("delivered seq %d, want %d", got, seqs[1])
 		}
-		return nil
-	}}
-	seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"})
-	b.start(t, b.config(t, sink))
-	waitFor(t, 5*time.Second, "follower delivered", func() bool { return len(b.rec.all()) == 1 })
-	if got := b.rec.all()[0].seq; got != seqs[1] {
-		t.Fatalf("delivered seq %d, want %d", got, seqs[1])
-	}
-	var attempts int
-	var state, lastErr string
-	if err := b.pool.QueryRow(context.Background(), "SELECT state, attempts, last_error FROM "+b.tables.Deliveries()+" WHERE sink = 'mem' AND seq = $1",
-		seqs[0]).Scan(&state, &attempts, &lastErr); err != nil {
-		t.Fatal(err)
-	}
-	if state != "dead" || attempts != 1 || !strings.Contains(lastErr, "rejected: boom") {
-		t.Fatalf("dead letter: state %s attempts %d last_error %q", state, attempts, lastErr)
-	}
+		var attempts int
+		var state, lastErr string
+		b.db.queryRow(t, fmt.Sprintf("SELECT state, attempts, last_error FROM %s WHERE sink = 'mem' AND seq = %d", b.db.names().Deliveries(), seqs[0]),
+			&state, &attempts, &lastErr)
+		if state != "dead" || attempts != 1 || !strings.Contains(lastErr, "rejected: boom") {
+			t.Fatalf("dead letter: state %s attempts %d last_error %q", state, attempts, lastErr)
+		}
+	})
 }
 
 func TestFailingHeadHoldsOnlyItsKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var failures atomic.Int32
-	sink := &testSink{name: "mem", rec: b.rec}
-	head := int64(0)
-	sink.fail = func(e sinks.Event) error {
-		if e.Seq == atomic.LoadInt64(&head) && failures.Add(1) <= 2 {
-			return errBoom
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		var failures atomic.Int32
+		sink := &testSink{name: "mem", rec: b.rec}
+		head := int64(0)
+		sink.fail = func(e sinks.Event) error {
+			if e.Seq == atomic.LoadInt64(&head) && failures.Add(1) <= 2 {
+				return errBoom
+			}
+			return nil
 		}
-		return nil
-	}
-	var evs []ev
-	for i := range 30 {
-		evs = append(evs, ev{topic: "t", key: []string{"a", "b", "c"}[i%3]})
-	}
-	seqs := b.insert(t, evs...)
-	atomic.StoreInt64(&head, seqs[0]) // key a's first event fails twice
-	b.start(t, b.config(t, sink))
-	waitFor(t, 10*time.Second, "all delivered", func() bool { return len(b.rec.all()) >= 30 })
-	got := b.rec.all()
-	exactlyOnce(t, got, "mem", seqs)
-	checkKeyOrder(t, got)
-	// b and c were not held back: all of them arrived before a's head.
-	var headAt time.Time
-	for _, g := range got {
-		if g.seq == seqs[0] {
-			headAt = g.at
-			if g.attempt != 3 {
-				t.Fatalf("head delivered on attempt %d, want 3", g.attempt)
+		var evs []ev
+		for i := range 30 {
+			evs = append(evs, ev{topic: "t", key: []string{"a", "b", "c"}[i%3]})
+		}
+		seqs := b.insert(t, evs...)
+		atomic.StoreInt64(&head, seqs[0]) // key a's first event fails twice
+		b.start(t, b.config(t, sink))
+		waitFor(t, 10*time.Second, "all delivered", func() bool { return len(b.rec.all()) >= 30 })
+		got := b.rec.all()
+		exactlyOnce(t, got, "mem", seqs)
+		checkKeyOrder(t, got)
+		// b and c were not held back: all of them arrived before a's head.
+		var headAt time.Time
+		for _, g := range got {
+			if g.seq == seqs[0] {
+				headAt = g.at
+				if g.attempt != 3 {
+					t.Fatalf("head delivered on attempt %d, want 3", g.attempt)
+				}
 			}
 		}
-	}
-	for _, g := range got {
-		if g.key != "a" && g.at.After(headAt) {
-			t.Fatalf("key %s event %d waited for key a's head", g.key, g.seq)
+		for _, g := range got {
+			if g.key != "a" && g.at.After(headAt) {
+				t.Fatalf("key %s event %d waited for key a's head", g.key, g.seq)
+			}
 		}
-	}
+	})
 }
 
 func TestDelayedEventsAreNotPublishedEarly(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	sink := &testSink{name: "mem", rec: b.rec}
-	start := time.Now()
-	b.insert(t, ev{topic: "later", key: "k", delay: 1500 * time.Millisecond})
-	b.insert(t, ev{topic: "now", key: "k"})
-	b.start(t, b.config(t, sink))
-	waitFor(t, 10*time.Second, "both delivered", func() bool { return len(b.rec.all()) == 2 })
-	for _, g := range b.rec.all() {
-		if g.at.Sub(start) < 1500*time.Millisecond && g.seq == 1 {
-			t.Fatalf("delayed event published after %s", g.at.Sub(start))
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		sink := &testSink{name: "mem", rec: b.rec}
+		start := time.Now()
+		later := b.insert(t, ev{topic: "later", key: "k", delay: 1500 * time.Millisecond})[0]
+		now := b.insert(t, ev{topic: "now", key: "k"})[0]
+		b.start(t, b.config(t, sink))
+		waitFor(t, 10*time.Second, "both delivered", func() bool { return len(b.rec.all()) == 2 })
+		for _, g := range b.rec.all() {
+			if g.at.Sub(start) < 1500*time.Millisecond && g.seq == later {
+				t.Fatalf("delayed event published after %s", g.at.Sub(start))
+			}
 		}
-	}
-	if got := b.rec.all(); got[0].seq != 2 {
-		t.Fatalf("the undelayed event should go first; got seq %d first", got[0].seq)
-	}
+		if got := b.rec.all(); got[0].seq != now {
+			t.Fatalf("the undelayed event should go first; got seq %d first", got[0].seq)
+		}
+	})
 }
 
 func TestSinkDownLosesAndDeadLettersNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var down atomic.Bool
-	down.Store(true)
-	downSink := &testSink{name: "down", rec: b.rec, fail: func(e sinks.Event) error {
-		if down.Load() {
-			return sinks.Unavailable(fmt.Errorf("dial tcp: connection refused"))
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		var down atomic.Bool
+		down.Store(true)
+		downSink := &testSink{name: "down", rec: b.rec, fail: func(e sinks.Event) error {
+			if down.Load() {
+				return sinks.Unavailable(fmt.Errorf("dial tcp: connection refused"))
+			}
+			return nil
+		}}
+		upSink := &testSink{name: "up", rec: b.rec}
+		cfg := b.config(t)
+		// One worker: each publish to the down sink follows the record of the
+		// one before it, so publishes() below counts recorded tries.
+		cfg.Workers = 1
+		cfg.MaxAttempts = 2
+		cfg.Backoff = Backoff{Initial: 20 * time.Millisecond, Max: 40 * time.Millisecond, Jitter: -1}
+		cfg.Routes = []Route{
+			{Topics: []string{"orders.*"}, Targets: []Target{{Sink: upSink}, {Sink: downSink}}},
+			{Topics: []string{"*"}, Targets: []Target{{Sink: upSink}}},
 		}
-		return nil
-	}}
-	upSink := &testSink{name: "up", rec: b.rec}
-	cfg := b.config(t)
-	// One worker: each publish to the down sink follows the record of the
-	// one before it, so publishes() below counts recorded tries.
-	cfg.Workers = 1
-	cfg.MaxAttempts = 2
-	cfg.Backoff = Backoff{Initial: 20 * time.Millisecond, Max: 40 * time.Millisecond, Jitter: -1}
-	cfg.Routes = []Route{
-		{Topics: []string{"orders.*"}, Targets: []Target{{Sink: upSink}, {Sink: downSink}}},
-		{Topics: []string{"*"}, Targets: []Target{{Sink: upSink}}},
-	}
-	var evs []ev
-	for i := range 60 {
-		evs = append(evs, ev{topic: "orders.paid", key: fmt.Sprintf("o%d", i%6)})
-	}
-	seqs := b.insert(t, evs...)
-	b.start(t, cfg)
-	// The healthy sink keeps receiving everything while the other is down,
-	// and the down sink is tried (and its tries recorded) more often than
-	// max_attempts would allow if they were counted.
-	waitFor(t, 10*time.Second, "up sink received all", func() bool { return len(b.rec.forSink("up")) >= 60 })
-	const tries = 3 * 2 // 3 × max_attempts
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d tries of the down sink", tries+1), func() bool { return downSink.publishes() > tries })
-	if n := b.countDeliveries(t, "state = 'dead'"); n != 0 {
-		t.Fatalf("%d events dead-lettered while their sink was down", n)
-	}
-	if n := b.countDeliveries(t, "attempts > 0"); n != 0 {
-		t.Fatalf("%d events spent attempts while their sink was down", n)
-	}
-	down.Store(false)
-	waitFor(t, 10*time.Second, "down sink caught up", func() bool { return len(b.rec.forSink("down")) >= 60 })
-	got := b.rec.all()
-	exactlyOnce(t, got, "up", seqs)
-	exactlyOnce(t, got, "down", seqs)
-	checkKeyOrder(t, got)
-	waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+		var evs []ev
+		for i := range 60 {
+			evs = append(evs, ev{topic: "orders.paid", key: fmt.Sprintf("o%d", i%6)})
+		}
+		seqs := b.insert(t, evs...)
+		b.start(t, cfg)
+		// The healthy sink keeps receiving everything while the other is down,
+		// and the down sink is tried (and its tries recorded) more often than
+		// max_attempts would allow if they were counted.
+		waitFor(t, 10*time.Second, "up sink received all", func() bool { return len(b.rec.forSink("up")) >= 60 })
+		const tries = 3 * 2 // 3 × max_attempts
+		waitFor(t, 30*time.Second, fmt.Sprintf("%d tries of the down sink", tries+1), func() bool { return downSink.publishes() > tries })
+		if n := b.countDeliveries(t, "state = 'dead'"); n != 0 {
+			t.Fatalf("%d events dead-lettered while their sink was down", n)
+		}
+		if n := b.countDeliveries(t, "attempts > 0"); n != 0 {
+			t.Fatalf("%d events spent attempts while their sink was down", n)
+		}
+		down.Store(false)
+		waitFor(t, 10*time.Second, "down sink caught up", func() bool { return len(b.rec.forSink("down")) >= 60 })
+		got := b.rec.all()
+		exactlyOnce(t, got, "up", seqs)
+		exactlyOnce(t, got, "down", seqs)
+		checkKeyOrder(t, got)
+		waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+	})
+}
+
+// A key failing on one sink waits in that sink's queue, in order, while the
+// other sink takes every event at once and other keys flow; once the sink
+// recovers, the queue drains in order and the deliveries table empties.
+func TestFailingKeyQueuesAndDrains(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		var failing atomic.Bool
+		failing.Store(true)
+		flaky := &testSink{name: "flaky", rec: b.rec, fail: func(e sinks.Event) error {
+			if failing.Load() && e.Key == "bad" {
+				return errors.New("bad key refused")
+			}
+			return nil
+		}}
+		steady := &testSink{name: "steady", rec: b.rec}
+		keys := []string{"bad", "good1", "good2", "good3"}
+		evs := make([]ev, 40)
+		for i := range evs {
+			evs[i] = ev{topic: "orders", key: keys[i%len(keys)]}
+		}
+		seqs := b.insert(t, evs...)
+		b.start(t, b.config(t, flaky, steady))
+		waitFor(t, 30*time.Second, "the steady sink and the good keys served", func() bool {
+			return len(b.rec.forSink("steady")) >= 40 && len(b.rec.forSink("flaky")) >= 30
+		})
+		waitFor(t, 30*time.Second, "the bad key queued on flaky", func() bool {
+			return b.countDeliveries(t, "sink = 'flaky'") == 10
+		})
+		if n := len(b.rec.forSink("flaky")); n != 30 {
+			t.Fatalf("flaky received %d events while the bad key failed, want the 30 good ones", n)
+		}
+		failing.Store(false)
+		waitFor(t, 30*time.Second, "the queue drained", func() bool { return len(b.rec.forSink("flaky")) >= 40 })
+		got := b.rec.all()
+		checkKeyOrder(t, got)
+		exactlyOnce(t, got, "steady", seqs)
+		exactlyOnce(t, got, "flaky", seqs)
+		waitFor(t, 30*time.Second, "the outbox and the deliveries table emptied", func() bool {
+			return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
+		})
+	})
 }
 
 func TestFanOutRetriesOnlyTheFailedSink(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var fails atomic.Int32
-	okSink := &testSink{name: "kafka", rec: b.rec}
-	flaky := &testSink{name: "webhook", rec: b.rec, fail: func(e sinks.Event) error {
-		if e.Key == "k1" && fails.Add(1) <= 3 {
-			return errBoom
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		var fails atomic.Int32
+		okSink := &testSink{name: "kafka", rec: b.rec}
+		flaky := &testSink{name: "webhook", rec: b.rec, fail: func(e sinks.Event) error {
+			if e.Key == "k1" && fails.Add(1) <= 3 {
+				return errBoom
+			}
+			return nil
+		}}
+		cfg := b.config(t, okSink, flaky)
+		var evs []ev
+		for i := range 20 {
+			evs = append(evs, ev{topic: "t", key: fmt.Sprintf("k%d", i%2)})
 		}
-		return nil
-	}}
-	cfg := b.config(t, okSink, flaky)
-	var evs []ev
-	for i := range 20 {
-		evs = append(evs, ev{topic: "t", key: fmt.Sprintf("k%d", i%2)})
-	}
-	seqs := b.insert(t, evs...)
-	b.start(t, cfg)
-	waitFor(t, 10*time.Second, "both sinks complete", func() bool {
-		return len(b.rec.forSink("kafka")) >= 20 && len(b.rec.forSink("webhook")) >= 20
+		seqs := b.insert(t, evs...)
+		b.start(t, cfg)
+		waitFor(t, 10*time.Second, "both sinks complete", func() bool {
+			return len(b.rec.forSink("kafka")) >= 20 && len(b.rec.forSink("webhook")) >= 20
+		})
+		got := b.rec.all()
+		exactlyOnce(t, got, "kafka", seqs)
+		exactlyOnce(t, got, "webhook", seqs)
+		checkKeyOrder(t, got)
+		if n := b.count(t, "true"); n != 0 {
+			waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+		}
 	})
-	got := b.rec.all()
-	exactlyOnce(t, got, "kafka", seqs)
-	exactlyOnce(t, got, "webhook", seqs)
-	checkKeyOrder(t, got)
-	if n := b.count(t, "true"); n != 0 {
-		waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
-	}
 }
 
 func TestNoRouteDeadLettersWithReason(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	cfg := b.config(t)
-	cfg.Routes = []Route{{Topics: []string{"orders.*"}, Targets: []Target{{Sink: &testSink{name: "mem", rec: b.rec}}}}}
-	b.insert(t, ev{topic: "invoices.sent"}, ev{topic: "orders.paid"})
-	b.start(t, cfg)
-	waitFor(t, 5*time.Second, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead' AND sink = ''") == 1 })
-	var lastErr string
-	if err := b.pool.QueryRow(context.Background(), "SELECT last_error FROM "+b.tables.Deliveries()+" WHERE state = 'dead'").Scan(&lastErr); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(lastErr, `no route matches topic "invoices.sent"`) {
-		t.Fatalf("last_error = %q", lastErr)
-	}
-	waitFor(t, 5*time.Second, "routed event delivered", func() bool { return len(b.rec.all()) == 1 })
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		cfg := b.config(t)
+		cfg.Routes = []Route{{Topics: []string{"orders.*"}, Targets: []Target{{Sink: &testSink{name: "mem", rec: b.rec}}}}}
+		b.insert(t, ev{topic: "invoices.sent"}, ev{topic: "orders.paid"})
+		b.start(t, cfg)
+		waitFor(t, 5*time.Second, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead' AND sink = ''") == 1 })
+		var lastErr string
+		b.db.queryRow(t, "SELECT last_error FROM "+b.db.names().Deliveries()+" WHERE state = 'dead'", &lastErr)
+		if !strings.Contains(lastErr, `no route matches topic "invoices.sent"`) {
+			t.Fatalf("last_error = %q", lastErr)
+		}
+		waitFor(t, 5*time.Second, "routed event delivered", func() bool { return len(b.rec.all()) == 1 })
+	})
 }
 
 type panickySink struct {
@@ -323,61 +356,60 @@ func (p *panickySink) Publish(ctx context.Context, events []sinks.Event) []error
 
 func TestSinkPanicLosesNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	sink := &panickySink{testSink: testSink{name: "mem", rec: b.rec}}
-	seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "a"})
-	b.start(t, b.config(t, sink))
-	waitFor(t, 5*time.Second, "delivered after panic", func() bool { return len(b.rec.all()) == 2 })
-	exactlyOnce(t, b.rec.all(), "mem", seqs)
-	checkKeyOrder(t, b.rec.all())
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		sink := &panickySink{testSink: testSink{name: "mem", rec: b.rec}}
+		seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "a"})
+		b.start(t, b.config(t, sink))
+		waitFor(t, 5*time.Second, "delivered after panic", func() bool { return len(b.rec.all()) == 2 })
+		exactlyOnce(t, b.rec.all(), "mem", seqs)
+		checkKeyOrder(t, b.rec.all())
+	})
 }
 
 func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"}, ev{topic: "t"})
-	// A relay claims the batch (and all lanes) and dies before recording.
-	ctx := context.Background()
-	dead := newStore(b.pool, b.tables, "crashed-relay")
-	if _, _, _, err := dead.refreshLanes(ctx, 2*time.Second, nil); err != nil {
-		t.Fatal(err)
-	}
-	rows, _, err := dead.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil)
-	if err != nil || len(rows) != 3 {
-		t.Fatalf("crashed relay claimed %d rows: %v", len(rows), err)
-	}
-	claimedAt := time.Now()
-	cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
-	cfg.Lease = 2 * time.Second
-	b.start(t, cfg)
-	waitFor(t, 10*time.Second, "takeover", func() bool { return len(b.rec.all()) == 3 })
-	for _, g := range b.rec.all() {
-		if g.at.Sub(claimedAt) < 1900*time.Millisecond {
-			t.Fatalf("seq %d delivered %s after the claim, while its lease was live", g.seq, g.at.Sub(claimedAt))
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"}, ev{topic: "t"})
+		// A relay claims the batch (and all lanes) and dies before recording.
+		ctx := context.Background()
+		dead := b.session(t, "crashed-relay")
+		if _, _, _, err := dead.refreshLanes(ctx, 2*time.Second, nil); err != nil {
+			t.Fatal(err)
 		}
-	}
-	exactlyOnce(t, b.rec.all(), "mem", seqs)
+		rows, _, err := dead.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil)
+		if err != nil || len(rows) != 3 {
+			t.Fatalf("crashed relay claimed %d rows: %v", len(rows), err)
+		}
+		claimedAt := time.Now()
+		cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+		cfg.Lease = 2 * time.Second
+		b.start(t, cfg)
+		waitFor(t, 10*time.Second, "takeover", func() bool { return len(b.rec.all()) == 3 })
+		for _, g := range b.rec.all() {
+			if g.at.Sub(claimedAt) < 1900*time.Millisecond {
+				t.Fatalf("seq %d delivered %s after the claim, while its lease was live", g.seq, g.at.Sub(claimedAt))
+			}
+		}
+		exactlyOnce(t, b.rec.all(), "mem", seqs)
+	})
 }
 
 func TestGracefulShutdownFinishesBatchAndReleases(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	sink := &testSink{name: "mem", rec: b.rec, delay: 500 * time.Millisecond}
-	seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"})
-	stop := b.start(t, b.config(t, sink))
-	waitFor(t, 5*time.Second, "batch in flight", func() bool { return sink.publishes() == 1 })
-	stop()
-	exactlyOnce(t, b.rec.all(), "mem", seqs)
-	if n := b.count(t, "true"); n != 0 {
-		t.Fatalf("%d rows left after a graceful stop; the in-flight batch was not recorded", n)
-	}
-	var lanes int
-	if err := b.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+b.tables.Lanes()+" WHERE owner IS NOT NULL").Scan(&lanes); err != nil {
-		t.Fatal(err)
-	}
-	if lanes != 0 {
-		t.Fatalf("%d lanes still leased after a graceful stop", lanes)
-	}
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		sink := &testSink{name: "mem", rec: b.rec, delay: 500 * time.Millisecond}
+		seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"})
+		stop := b.start(t, b.config(t, sink))
+		waitFor(t, 5*time.Second, "batch in flight", func() bool { return sink.publishes() == 1 })
+		stop()
+		exactlyOnce(t, b.rec.all(), "mem", seqs)
+		if n := b.count(t, "true"); n != 0 {
+			t.Fatalf("%d rows left after a graceful stop; the in-flight batch was not recorded", n)
+		}
+		if lanes := b.countIn(t, b.db.names().Lanes(), "owner IS NOT NULL"); lanes != 0 {
+			t.Fatalf("%d lanes still leased after a graceful stop", lanes)
+		}
+	})
 }
 
 // With StopKeyOnDeadLetter, a dead event stops its key: whether the sink
@@ -401,56 +433,58 @@ func TestStopKeyOnDeadLetterHoldsTheKey(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
-			cfg.StopKeyOnDeadLetter = true
-			cfg.Workers = 1 // each claim below looks at every lane
-			obs := &progress{}
-			cfg.Observer = obs
-			configure(&cfg)
-			seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "j"})
-			b.start(t, cfg)
-			waitFor(t, 10*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
-			waitFor(t, 10*time.Second, "the dead letter and the event behind it recorded", func() bool {
-				return b.countDeliveries(t, "state = 'dead' AND stops_key") == 1 && b.countDeliveries(t, "state = 'waiting'") == 1
+			eachStore(t, func(t *testing.T, b *testBundle) {
+				cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+				cfg.StopKeyOnDeadLetter = true
+				cfg.Workers = 1 // each claim below looks at every lane
+				obs := &progress{}
+				cfg.Observer = obs
+				configure(&cfg)
+				seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "j"})
+				b.start(t, cfg)
+				waitFor(t, 10*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
+				waitFor(t, 10*time.Second, "the dead letter and the event behind it recorded", func() bool {
+					return b.countDeliveries(t, "state = 'dead' AND stops_key") == 1 && b.countDeliveries(t, "state = 'waiting'") == 1
+				})
+				// Claims of queued deliveries come every poll interval while the
+				// relay is idle: after several, key k's second event would have
+				// been published if the stop did not hold it.
+				obs.waitClaims(t, 5)
+				got := b.rec.all()
+				if len(got) != 1 || got[0].seq != seqs[2] {
+					t.Fatalf("deliveries %+v: only key j should pass while key k is stopped", got)
+				}
+				if n := b.countDeliveries(t, "state = 'dead' AND stops_key"); n != 1 {
+					t.Fatalf("%d dead letters stopping their key, want 1", n)
+				}
+				if n := b.countDeliveries(t, "state = 'waiting'"); n != 1 {
+					t.Fatalf("%d events waiting behind the stopped key, want 1", n)
+				}
 			})
-			// Claims of queued deliveries come every poll interval while the
-			// relay is idle: after several, key k's second event would have
-			// been published if the stop did not hold it.
-			obs.waitClaims(t, 5)
-			got := b.rec.all()
-			if len(got) != 1 || got[0].seq != seqs[2] {
-				t.Fatalf("deliveries %+v: only key j should pass while key k is stopped", got)
-			}
-			if n := b.countDeliveries(t, "state = 'dead' AND stops_key"); n != 1 {
-				t.Fatalf("%d dead letters stopping their key, want 1", n)
-			}
-			if n := b.countDeliveries(t, "state = 'waiting'"); n != 1 {
-				t.Fatalf("%d events waiting behind the stopped key, want 1", n)
-			}
 		})
 	}
 }
 
 func TestRetryAfterFromTheSinkIsHonoured(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var failed atomic.Bool
-	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
-		if !failed.Swap(true) {
-			return sinks.RetryAfter(errors.New("503 Service Unavailable"), 1200*time.Millisecond)
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		var failed atomic.Bool
+		sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
+			if !failed.Swap(true) {
+				return sinks.RetryAfter(errors.New("503 Service Unavailable"), 1200*time.Millisecond)
+			}
+			return nil
+		}}
+		cfg := b.config(t, sink)           // backoff would retry after 50ms
+		cfg.Backoff.Max = 10 * time.Second // Retry-After is capped at the backoff maximum
+		start := time.Now()
+		b.insert(t, ev{topic: "t", key: "k"})
+		b.start(t, cfg)
+		waitFor(t, 10*time.Second, "delivered", func() bool { return len(b.rec.all()) == 1 })
+		if took := b.rec.all()[0].at.Sub(start); took < 1200*time.Millisecond {
+			t.Fatalf("retried after %s, before the sink's Retry-After of 1.2s", took)
 		}
-		return nil
-	}}
-	cfg := b.config(t, sink)           // backoff would retry after 50ms
-	cfg.Backoff.Max = 10 * time.Second // Retry-After is capped at the backoff maximum
-	start := time.Now()
-	b.insert(t, ev{topic: "t", key: "k"})
-	b.start(t, cfg)
-	waitFor(t, 10*time.Second, "delivered", func() bool { return len(b.rec.all()) == 1 })
-	if took := b.rec.all()[0].at.Sub(start); took < 1200*time.Millisecond {
-		t.Fatalf("retried after %s, before the sink's Retry-After of 1.2s", took)
-	}
+	})
 }
 
 // TestRetryAfterSchedulesTheDelivery reads the delivery a custom sink's
@@ -475,35 +509,34 @@ func TestRetryAfterSchedulesTheDelivery(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			sink := &testSink{name: "mem", rec: b.rec, fail: func(sinks.Event) error { return c.err }}
-			cfg := b.config(t, sink)
-			cfg.Backoff = Backoff{Initial: 50 * time.Millisecond, Max: c.max, Jitter: -1}
-			b.insert(t, ev{topic: "t", key: "k"})
-			failedBefore := time.Now()
-			b.start(t, cfg)
-			waitFor(t, 20*time.Second, "the failure recorded", func() bool {
-				return b.countDeliveries(t, "sink = 'mem' AND attempts > 0") == 1
+			eachStore(t, func(t *testing.T, b *testBundle) {
+				sink := &testSink{name: "mem", rec: b.rec, fail: func(sinks.Event) error { return c.err }}
+				cfg := b.config(t, sink)
+				cfg.Backoff = Backoff{Initial: 50 * time.Millisecond, Max: c.max, Jitter: -1}
+				b.insert(t, ev{topic: "t", key: "k"})
+				failedBefore := time.Now()
+				b.start(t, cfg)
+				waitFor(t, 20*time.Second, "the failure recorded", func() bool {
+					return b.countDeliveries(t, "sink = 'mem' AND attempts > 0") == 1
+				})
+				var (
+					state, lastErr string
+					attempts       int
+					nextAt         *time.Time
+				)
+				b.db.queryRow(t, `SELECT state, attempts, last_error, next_at FROM `+b.db.names().Deliveries()+` WHERE sink = 'mem'`,
+					&state, &attempts, &lastErr, &nextAt)
+				if state != c.state || attempts != c.attempts || !strings.Contains(lastErr, c.err.Error()) {
+					t.Fatalf("delivery state %s, attempts %d, error %q; want %s, %d, %q", state, attempts, lastErr, c.state, c.attempts, c.err)
+				}
+				if c.want == 0 {
+					return
+				}
+				// The failure happened between failedBefore and now.
+				if nextAt == nil || nextAt.Before(failedBefore.Add(c.want)) || nextAt.After(time.Now().Add(c.want)) {
+					t.Fatalf("next attempt at %v, want %s after the failure (between %v and %v)", nextAt, c.want, failedBefore.Add(c.want), time.Now().Add(c.want))
+				}
 			})
-			var (
-				state, lastErr string
-				attempts       int
-				nextAt         *time.Time
-			)
-			if err := b.pool.QueryRow(context.Background(), `SELECT state, attempts, last_error, next_at FROM `+b.tables.Deliveries()+` WHERE sink = 'mem'`).
-				Scan(&state, &attempts, &lastErr, &nextAt); err != nil {
-				t.Fatal(err)
-			}
-			if state != c.state || attempts != c.attempts || !strings.Contains(lastErr, c.err.Error()) {
-				t.Fatalf("delivery state %s, attempts %d, error %q; want %s, %d, %q", state, attempts, lastErr, c.state, c.attempts, c.err)
-			}
-			if c.want == 0 {
-				return
-			}
-			// The failure happened between failedBefore and now.
-			if nextAt == nil || nextAt.Before(failedBefore.Add(c.want)) || nextAt.After(time.Now().Add(c.want)) {
-				t.Fatalf("next attempt at %v, want %s after the failure (between %v and %v)", nextAt, c.want, failedBefore.Add(c.want), time.Now().Add(c.want))
-			}
 		})
 	}
 }
@@ -515,51 +548,48 @@ func TestRetryAfterSchedulesTheDelivery(t *testing.T) {
 // reach the sink after F, because F holds the key while it waits.
 func TestLateEventWaitsForParkedFollower(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var (
-		headSeq  atomic.Int64
-		failed   atomic.Bool
-		retrying = make(chan struct{})
-		release  = make(chan struct{})
-	)
-	sink := &testSink{name: "mem", rec: b.rec}
-	sink.fail = func(e sinks.Event) error {
-		if e.Seq != headSeq.Load() {
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		var (
+			headSeq  atomic.Int64
+			failed   atomic.Bool
+			retrying = make(chan struct{})
+			release  = make(chan struct{})
+		)
+		sink := &testSink{name: "mem", rec: b.rec}
+		sink.fail = func(e sinks.Event) error {
+			if e.Seq != headSeq.Load() {
+				return nil
+			}
+			if !failed.Swap(true) {
+				return errBoom
+			}
+			close(retrying)
+			<-release // hold the head's retry in flight
 			return nil
 		}
-		if !failed.Swap(true) {
-			return errBoom
-		}
-		close(retrying)
-		<-release // hold the head's retry in flight
-		return nil
-	}
-	cfg := b.config(t, sink)
-	cfg.BatchSize = 1
-	cfg.Backoff = Backoff{Initial: 300 * time.Millisecond, Max: time.Second, Jitter: -1}
-	seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
-	headSeq.Store(seqs[0])
-	b.start(t, cfg)
+		cfg := b.config(t, sink)
+		cfg.BatchSize = 1
+		cfg.Backoff = Backoff{Initial: 300 * time.Millisecond, Max: time.Second, Jitter: -1}
+		seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
+		headSeq.Store(seqs[0])
+		b.start(t, cfg)
 
-	select {
-	case <-retrying:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the head's retry never started")
-	}
-	var late int64
-	if err := b.pool.QueryRow(context.Background(), `INSERT INTO `+b.tables.Outbox()+` (topic, key, payload, available_at)
-VALUES ('t', 'k', '{}', now() - interval '1 hour') RETURNING seq`).Scan(&late); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
-	waitFor(t, 10*time.Second, "all three delivered", func() bool { return len(b.rec.all()) == 3 })
-	got := seqsInOrder(b.rec.all())
-	want := []int64{seqs[0], seqs[1], late}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("delivery order %v, want %v: the late event overtook the parked one", got, want)
+		select {
+		case <-retrying:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the head's retry never started")
 		}
-	}
+		late := b.insert(t, ev{topic: "t", key: "k", payload: "{}", delay: -time.Hour})[0]
+		close(release)
+		waitFor(t, 10*time.Second, "all three delivered", func() bool { return len(b.rec.all()) == 3 })
+		got := seqsInOrder(b.rec.all())
+		want := []int64{seqs[0], seqs[1], late}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("delivery order %v, want %v: the late event overtook the parked one", got, want)
+			}
+		}
+	})
 }
 
 func seqsInOrder(got []received) []int64 {
@@ -579,43 +609,44 @@ func seqsInOrder(got []received) []int64 {
 // arrives in order.
 func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	const lease = 2 * time.Second
-	old := newStore(b.pool, b.tables, "old-relay")
-	renewed := time.Now()
-	if _, _, _, err := old.refreshLanes(ctx, lease, nil); err != nil {
-		t.Fatal(err)
-	}
-	b.insert(t, ev{topic: "t", key: "k"})
-	latestClaim := renewed.Add(lease*2/3 - 50*time.Millisecond)
-	time.Sleep(time.Until(latestClaim))
-	rows, _, err := old.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("old relay claimed %d rows: %v", len(rows), err)
-	}
-	// The publish lands counted from the latest moment a relay may claim,
-	// not from when this claim returned: on a loaded machine the claim can
-	// return later than a relay would have made it.
-	landed := make(chan struct{})
-	time.AfterFunc(time.Until(latestClaim.Add(lease-300*time.Millisecond)), func() {
-		b.rec.mu.Lock()
-		b.rec.got = append(b.rec.got, received{sink: "mem", id: rows[0].id, key: "k", seq: rows[0].seq, at: time.Now()})
-		b.rec.mu.Unlock()
-		close(landed)
-	})
-	b.insert(t, ev{topic: "t", key: "k"})
-	cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
-	cfg.Lease = lease
-	b.start(t, cfg)
-	<-landed
-	waitFor(t, 10*time.Second, "both delivered by the new owner", func() bool { return len(b.rec.all()) == 3 })
-	got := seqsInOrder(b.rec.all())
-	for i := 1; i < len(got); i++ {
-		if got[i] < got[i-1] {
-			t.Fatalf("deliveries of key k in order %v: the new owner published before the old owner's batch was over", got)
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		ctx := context.Background()
+		const lease = 2 * time.Second
+		old := b.session(t, "old-relay")
+		renewed := time.Now()
+		if _, _, _, err := old.refreshLanes(ctx, lease, nil); err != nil {
+			t.Fatal(err)
 		}
-	}
+		b.insert(t, ev{topic: "t", key: "k"})
+		latestClaim := renewed.Add(lease*2/3 - 50*time.Millisecond)
+		time.Sleep(time.Until(latestClaim))
+		rows, _, err := old.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("old relay claimed %d rows: %v", len(rows), err)
+		}
+		// The publish lands counted from the latest moment a relay may claim,
+		// not from when this claim returned: on a loaded machine the claim can
+		// return later than a relay would have made it.
+		landed := make(chan struct{})
+		time.AfterFunc(time.Until(latestClaim.Add(lease-300*time.Millisecond)), func() {
+			b.rec.mu.Lock()
+			b.rec.got = append(b.rec.got, received{sink: "mem", id: rows[0].id, key: "k", seq: rows[0].seq, at: time.Now()})
+			b.rec.mu.Unlock()
+			close(landed)
+		})
+		b.insert(t, ev{topic: "t", key: "k"})
+		cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
+		cfg.Lease = lease
+		b.start(t, cfg)
+		<-landed
+		waitFor(t, 10*time.Second, "both delivered by the new owner", func() bool { return len(b.rec.all()) == 3 })
+		got := seqsInOrder(b.rec.all())
+		for i := 1; i < len(got); i++ {
+			if got[i] < got[i-1] {
+				t.Fatalf("deliveries of key k in order %v: the new owner published before the old owner's batch was over", got)
+			}
+		}
+	})
 }
 
 // TestRelayVacuumsAsItRecords: a relay keeping up with a steady flow looks
@@ -623,6 +654,8 @@ func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 // maintainEvery, so that a high rate cannot pile up more than a few
 // seconds' worth between vacuums. The periodic look is pushed past the
 // test, so a vacuum can only come from the looks recording asks for.
+//
+// PostgreSQL only: vacuum.
 func TestRelayVacuumsAsItRecords(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -658,6 +691,8 @@ func TestRelayVacuumsAsItRecords(t *testing.T) {
 // the claim walks past until a vacuum removes it. With autovacuum off (as on
 // some servers) or behind, the relay vacuums the outbox itself. Autovacuum
 // is off on the test's tables: the vacuum counted is the relay's.
+//
+// PostgreSQL only: vacuum.
 func TestRelayVacuumsItsTable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -16,6 +16,8 @@ import (
 // the old one claims nothing (it says so in Superseded and gives up its
 // lanes), every event written after that reaches the new sink, and every
 // event reaches the sink both configurations name.
+//
+// PostgreSQL only: it reads announcements with clock_timestamp().
 func TestRollingRouteChange(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -55,7 +55,7 @@ func TestUpgradeToDeliveryQueues(t *testing.T) {
 	if _, err := m.Up(ctx, 0); err != nil {
 		t.Fatalf("migrating to the delivery queues: %v", err)
 	}
-	b := &testBundle{pool: pool, tables: tables, rec: newRecorder()}
+	b := pgBundle(pool, tables)
 	var state string
 	if err := pool.QueryRow(ctx, `SELECT string_agg(sink || ':' || seq || ':' || state || CASE WHEN stops_key THEN '!' ELSE '' END
     || ':' || attempts, ' ' ORDER BY seq, sink) FROM `+tables.Deliveries()).Scan(&state); err != nil {

@@ -64,6 +64,9 @@ func idsAt(b *testBundle, sink string) []string {
 // winning; an event no filter matches, and one on which the filters fail,
 // dead-lettered at the routing step like an unrouted event, saying why;
 // and a retry of a filtered event going back to the sink its route names.
+//
+// PostgreSQL only, as the other filter tests: filters are the engine's
+// routing, whatever the store; the rows are inserted with PostgreSQL's SQL.
 func TestWhereRoutesByFilter(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

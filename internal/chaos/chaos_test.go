@@ -20,13 +20,13 @@ import (
 const (
 	faultKill       = "relay SIGKILL + restart"
 	faultTerm       = "relay SIGTERM + restart"
-	faultDBTerm     = "pg_terminate_backend(relays)"
+	faultDBTerm     = "relays' connections killed"
 	faultHook500    = "webhook 500"
 	faultHookHang   = "webhook hangs past timeout"
 	faultHookDrop   = "webhook drops connection"
 	faultNATS       = "NATS server restart"
-	faultPGFast     = "PostgreSQL restart (fast)"
-	faultPGCrash    = "PostgreSQL restart (immediate/crash)"
+	faultDBRestart  = "database restart (clean)"
+	faultDBCrash    = "database restart (crash)"
 	relayCount      = 3
 	keyCount        = 300
 	relayAppPrefix  = "chaos_relay_"
@@ -39,15 +39,28 @@ const (
 // webhook failing in three ways, NATS restarted.
 func TestChaosRelaysSinksAndConnections(t *testing.T) {
 	t.Parallel()
-	runChaos(t, schedule{seed: 1, faults: 24}, []string{faultKill, faultTerm, faultDBTerm, faultHook500, faultHookHang, faultHookDrop, faultNATS})
+	runChaos(t, startPostgres, schedule{seed: 1, faults: 24}, []string{faultKill, faultTerm, faultDBTerm, faultHook500, faultHookHang, faultHookDrop, faultNATS})
 }
 
 // TestChaosPostgresRestart restarts PostgreSQL itself, cleanly and as a
 // crash, under the same load.
 func TestChaosPostgresRestart(t *testing.T) {
 	t.Parallel()
-	runChaos(t, schedule{seed: 2, faults: 4}, []string{faultPGFast, faultPGCrash})
+	runChaos(t, startPostgres, schedule{seed: 2, faults: 4}, []string{faultDBRestart, faultDBCrash})
 }
+
+// TestChaosMariaDB runs the faults that touch the database on MariaDB:
+// relays killed and stopped, their connections killed, the server restarted
+// cleanly and crashed, each once by default. The sinks' faults are the
+// engine's, not the store's: the PostgreSQL runs cover them.
+func TestChaosMariaDB(t *testing.T) {
+	t.Parallel()
+	runChaos(t, func(t *testing.T) database { return startMariaDB(t) }, schedule{seed: 3, faults: 5},
+		[]string{faultKill, faultTerm, faultDBTerm, faultDBRestart, faultDBCrash})
+}
+
+// startPostgres is startCluster as a database.
+func startPostgres(t *testing.T) database { return startCluster(t) }
 
 // schedule is a test's default fault schedule: a fixed seed and number of
 // faults, so that the default run (CI) injects the same faults in the same
@@ -62,7 +75,7 @@ type schedule struct {
 type env struct {
 	t      *testing.T
 	rng    *rand.Rand
-	pg     *cluster
+	db     database
 	nats   *natstest.Server
 	stream *natstest.TestStream
 	hook   *receiver
@@ -70,7 +83,7 @@ type env struct {
 	faults map[string]int
 }
 
-func runChaos(t *testing.T, sched schedule, kinds []string) {
+func runChaos(t *testing.T, startDB func(*testing.T) database, sched schedule, kinds []string) {
 	seed := chaosSeed(t, sched.seed)
 	duration := chaosDuration(t)
 	length := fmt.Sprintf("%d faults", sched.faults)
@@ -85,8 +98,8 @@ func runChaos(t *testing.T, sched schedule, kinds []string) {
 		}
 	})
 	e := &env{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0)), faults: map[string]int{}}
-	e.pg = startCluster(t)
-	migrate(t, e.pg.url("chaos_migrate"))
+	e.db = startDB(t)
+	migrate(t, e.db.url("chaos_migrate"))
 	e.nats = natstest.StartServer(t)
 	nc := natstest.Connect(t, e.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	e.stream = natstest.Stream(t, nc, func(c *jetstream.StreamConfig) { c.Storage = jetstream.FileStorage })
@@ -94,10 +107,10 @@ func runChaos(t *testing.T, sched schedule, kinds []string) {
 
 	configs := make([]string, relayCount)
 	for i := range configs {
-		configs[i] = relayConfig(t, e.pg.url(fmt.Sprintf("%s%d", relayAppPrefix, i)), e.nats.URL(),
+		configs[i] = relayConfig(t, e.db.url(fmt.Sprintf("%s%d", relayAppPrefix, i)), e.nats.URL(),
 			e.stream.Subject("events"), e.hook.srv.URL+"/hook")
 	}
-	e.relays = newFleet(t, configs)
+	e.relays = newFleet(t, e.db, configs)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for i := range configs {
@@ -113,8 +126,8 @@ func runChaos(t *testing.T, sched schedule, kinds []string) {
 		e.relays.waitStarted(i)
 	}
 
-	db := e.pg.pool(t, "chaos_check")
-	prod := newProducer(t, e.pg.pool(t, producerAppName), seed, keyCount)
+	conn := e.db.open(t, "chaos_check")
+	prod := newProducer(t, e.db.open(t, producerAppName), e.db.dialect(), seed, keyCount)
 	prodCtx, stopProducer := context.WithCancel(context.Background())
 	var producing sync.WaitGroup
 	producing.Go(func() { prod.run(prodCtx) })
@@ -147,12 +160,12 @@ func runChaos(t *testing.T, sched schedule, kinds []string) {
 	producing.Wait()
 	faultsEnd := time.Now()
 
-	unknownFound := prod.settleUnknown(t, db)
-	drained := waitDrained(t, db)
+	unknownFound := prod.settleUnknown(t, e.db, conn)
+	drained := waitDrained(t, conn)
 	for i, code := range e.relays.exited() {
 		t.Errorf("relay %d exited on its own with %d:\n%s", i, code, e.relays.tail(i, 40))
 	}
-	e.check(db, prod, unknownFound, start, faultsEnd, drained, seed, length)
+	e.check(conn, prod, unknownFound, start, faultsEnd, drained, seed, length)
 
 	// Every relay stops gracefully, and none ever printed a secret.
 	for i := range configs {
@@ -185,16 +198,9 @@ func (e *env) inject(kind string) {
 		e.relays.start(i)
 		e.relays.waitStarted(i)
 	case faultDBTerm:
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		// A connection of its own: the check pool must not be the victim.
-		conn := e.pg.pool(t, "chaos_terminator")
-		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-WHERE application_name LIKE $1) x`, relayAppPrefix+"%").Scan(&n); err != nil {
-			t.Errorf("terminating relay connections: %v", err)
+		if n := e.db.killRelayConns(t); n == 0 {
+			t.Errorf("chaos: no relay connection to kill")
 		}
-		conn.Close()
 	case faultHook500:
 		e.hook.fault(hook500, time.Duration(500+e.rng.IntN(2500))*time.Millisecond)
 	case faultHookHang:
@@ -205,14 +211,10 @@ WHERE application_name LIKE $1) x`, relayAppPrefix+"%").Scan(&n); err != nil {
 		e.nats.Shutdown()
 		time.Sleep(time.Duration(e.rng.IntN(1500)) * time.Millisecond)
 		e.nats.Restart(t)
-	case faultPGFast, faultPGCrash:
-		mode := "fast"
-		if kind == faultPGCrash {
-			mode = "immediate"
-		}
-		e.pg.stop(t, mode)
+	case faultDBRestart, faultDBCrash:
+		e.db.stop(t, kind == faultDBCrash)
 		time.Sleep(time.Duration(e.rng.IntN(2000)) * time.Millisecond)
-		e.pg.start(t)
+		e.db.start(t)
 		time.Sleep(2 * time.Second) // let the relays work between restarts
 	default:
 		t.Fatalf("unknown fault %q", kind)

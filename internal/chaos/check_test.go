@@ -1,26 +1,23 @@
 package chaos
 
 import (
-	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // waitDrained waits until no event is pending in the outbox or waiting in
 // a sink's queue, and returns how long it took.
-func waitDrained(t *testing.T, db *pgxpool.Pool) time.Duration {
+func waitDrained(t *testing.T, conn *sql.DB) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
 		var pending int
-		err := db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM outbox WHERE status = 'pending')
+		err := conn.QueryRow(`SELECT (SELECT count(*) FROM outbox WHERE status = 'pending')
     + (SELECT count(*) FROM outbox_deliveries WHERE state <> 'dead')`).Scan(&pending)
 		if err == nil && pending == 0 {
 			return time.Since(start)
@@ -112,9 +109,8 @@ func (e *env) natsDeliveries() []delivered {
 
 // check compares the outbox table and both sinks with what was committed,
 // and prints the figures.
-func (e *env) check(db *pgxpool.Pool, prod *producer, unknownFound int, start, faultsEnd time.Time, drained time.Duration, seed int64, length string) {
+func (e *env) check(conn *sql.DB, prod *producer, unknownFound int, start, faultsEnd time.Time, drained time.Duration, seed int64, length string) {
 	t := e.t
-	ctx := context.Background()
 	prod.mu.Lock()
 	committed := append([]event(nil), prod.committed...)
 	txs, failedTxs, unknown := prod.txs, prod.failedTxs, len(prod.unknown)
@@ -134,8 +130,8 @@ func (e *env) check(db *pgxpool.Pool, prod *producer, unknownFound int, start, f
 	// retention); exactly the poison events dead on the webhook, refused
 	// with 400.
 	var pending, done, total, queued int
-	if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE status = 'done'), count(*),
+	if err := conn.QueryRow(`SELECT coalesce(sum(CASE WHEN status = 'pending' THEN 1 ELSE 0 END), 0),
+       coalesce(sum(CASE WHEN status = 'done' THEN 1 ELSE 0 END), 0), count(*),
        (SELECT count(*) FROM outbox_deliveries WHERE state <> 'dead')
 FROM outbox`).Scan(&pending, &done, &total, &queued); err != nil {
 		t.Fatalf("reading the outbox: %v", err)
@@ -146,10 +142,11 @@ FROM outbox`).Scan(&pending, &done, &total, &queued); err != nil {
 	if total != len(committed) || done != total {
 		t.Errorf("the outbox holds %d rows (%d done), the producer committed %d", total, done, len(committed))
 	}
-	rows, err := db.Query(ctx, `SELECT id::text, sink, coalesce(last_error, '') FROM outbox_deliveries WHERE state = 'dead'`)
+	rows, err := conn.Query(`SELECT ` + e.db.idText("id") + `, sink, coalesce(last_error, '') FROM outbox_deliveries WHERE state = 'dead'`)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	deadSeen := map[string]bool{}
 	for rows.Next() {
 		var id, sink, lastErr string
@@ -194,7 +191,7 @@ FROM outbox`).Scan(&pending, &done, &total, &queued); err != nil {
 		if len(r.disorder) > 0 {
 			t.Errorf("%s: per-key order broken %d times, e.g.\n%s", r.name, len(r.disorder), strings.Join(r.disorder[:min(10, len(r.disorder))], "\n"))
 			for _, p := range r.pairs[:min(3, len(r.pairs))] {
-				t.Logf("%s: rows of the key of a violation:\n%s", r.name, describeRows(db, p[:]))
+				t.Logf("%s: rows of the key of a violation:\n%s", r.name, e.describeRows(conn, p[0]))
 			}
 		}
 	}
@@ -225,20 +222,37 @@ FROM outbox`).Scan(&pending, &done, &total, &queued); err != nil {
 	t.Log(b.String())
 }
 
-// describeRows prints the rows of the key of ids[0] (kept by retention) and
-// its deliveries, as evidence for a violation.
-func describeRows(db *pgxpool.Pool, ids []string) string {
-	rows, err := db.Query(context.Background(), `SELECT 'seq ' || o.seq || ' id ' || o.id || ' ' || o.topic || ' key ' || o.key ||
-       ' status ' || o.status || ' created ' || o.created_at || coalesce((
-           SELECT string_agg(' ' || d.sink || ':' || d.state || '/' || d.attempts, '' ORDER BY d.sink)
-           FROM outbox_deliveries d WHERE d.seq = o.seq), '')
-FROM outbox o WHERE o.key = (SELECT key FROM outbox WHERE id::text = ($1::text[])[1]) ORDER BY o.seq`, ids)
+// describeRows prints the rows of the key of event id (kept by retention)
+// and their deliveries, as evidence for a violation.
+func (e *env) describeRows(conn *sql.DB, id string) string {
+	key := e.db.quote("key")
+	rows, err := conn.Query(`SELECT o.seq, ` + e.db.idText("o.id") + `, o.topic, o.status, o.created_at,
+       coalesce(d.sink, ''), coalesce(d.state, ''), coalesce(d.attempts, 0)
+FROM outbox o LEFT JOIN outbox_deliveries d ON d.seq = o.seq
+WHERE o.` + key + ` = (SELECT ` + key + ` FROM outbox WHERE id = ` + idLiteral(id) + `) ORDER BY o.seq, d.sink`)
 	if err != nil {
 		return err.Error()
 	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var (
+			seq, attempts     int64
+			id, topic, status string
+			sink, state       string
+			created           time.Time
+		)
+		if err := rows.Scan(&seq, &id, &topic, &status, &created, &sink, &state, &attempts); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  seq %d id %s %s status %s created %s", seq, id, topic, status, created.Format(time.RFC3339Nano))
+		if sink != "" {
+			fmt.Fprintf(&b, " %s:%s/%d", sink, state, attempts)
+		}
+		b.WriteString("\n")
+	}
+	if err := rows.Err(); err != nil {
 		return err.Error()
 	}
-	return "  " + strings.Join(lines, "\n  ") + "\n"
+	return b.String()
 }

@@ -1,13 +1,17 @@
 // Package chaos holds Herald's chaos suite: several real relay processes
 // deliver a continuous stream of events to NATS JetStream and a webhook
 // while the test kills and stops them, cuts their database connections,
-// restarts PostgreSQL and NATS and makes the webhook fail, then checks that
-// every committed event reached every sink routed to it, in per-key order,
-// and that only the events the test made fail for good are dead letters.
+// restarts the database and NATS and makes the webhook fail, then checks
+// that every committed event reached every sink routed to it, in per-key
+// order, and that only the events the test made fail for good are dead
+// letters.
 //
-// The suite runs against a throwaway PostgreSQL cluster (initdb into a
-// temporary directory, on a free port) and an in-process NATS server, so its
-// restarts disturb no other test. The default run, part of the README's
+// The suite runs against a throwaway database server, a PostgreSQL cluster
+// (initdb into a temporary directory, on a free port) or, for
+// TestChaosMariaDB, a MariaDB server (mariadb-install-db and mariadbd, the
+// same way), and an in-process NATS server, so its restarts disturb no
+// other test. On MariaDB the relays are internal/chaos/mysqlrelay, the
+// engine on relay.NewMySQL with a `relay run` configuration file. The default run, part of the README's
 // test command and so of CI, injects a fixed number of faults from a fixed
 // seed per test, printed at the start. Longer runs explore other schedules:
 //

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,7 +22,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/outbox"
@@ -158,6 +158,30 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// database is the throwaway server a chaos run's relays share, started by
+// the test (PostgreSQL in postgres_test.go, MariaDB in mariadb_test.go), and
+// the SQL the suite needs that differs between them.
+type database interface {
+	// url is the URL of a client named name (the relays' names begin with
+	// relayAppPrefix), with dbPassword in it.
+	url(name string) string
+	// open returns a handle for the test itself, closed when the test ends.
+	open(t *testing.T, name string) *sql.DB
+	dialect() outbox.Dialect
+	// relayCommand is a relay process on the configuration file config.
+	relayCommand(config string) *exec.Cmd
+	// killRelayConns ends every connection of the relays, from the server,
+	// and returns how many it ended.
+	killRelayConns(t *testing.T) int
+	// stop stops the server, cleanly or as a crash (SIGKILL); start starts
+	// it again on the same data and port.
+	stop(t *testing.T, crash bool)
+	start(t *testing.T)
+	// idText is the SQL of col, an event id, as text; quote quotes a name.
+	idText(col string) string
+	quote(name string) string
+}
+
 // relayProc is one relay process (one life of it).
 type relayProc struct {
 	cmd  *exec.Cmd
@@ -169,6 +193,7 @@ type relayProc struct {
 // (its own application_name) and log file, kept across its restarts.
 type fleet struct {
 	t       *testing.T
+	db      database
 	configs []string
 	logs    []string
 
@@ -176,9 +201,9 @@ type fleet struct {
 	procs []*relayProc
 }
 
-func newFleet(t *testing.T, configs []string) *fleet {
+func newFleet(t *testing.T, db database, configs []string) *fleet {
 	dir := t.TempDir()
-	f := &fleet{t: t, configs: configs, procs: make([]*relayProc, len(configs))}
+	f := &fleet{t: t, db: db, configs: configs, procs: make([]*relayProc, len(configs))}
 	for i := range configs {
 		f.logs = append(f.logs, filepath.Join(dir, fmt.Sprintf("relay-%d.log", i)))
 	}
@@ -207,7 +232,7 @@ func (f *fleet) start(i int) {
 		f.t.Fatal(err)
 	}
 	fmt.Fprintf(log, "=== chaos: starting relay %d at %s\n", i, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(relayBin, "run", "--config", f.configs[i])
+	cmd := f.db.relayCommand(f.configs[i])
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = environWithout("DATABASE_URL")
 	if err := cmd.Start(); err != nil {
@@ -411,7 +436,7 @@ type event struct {
 // commit failed are kept apart as unknown, settled later by looking for
 // their rows.
 type producer struct {
-	pool   *pgxpool.Pool
+	db     *sql.DB
 	writer *outbox.Writer
 	rng    *rand.Rand
 	keys   int
@@ -424,13 +449,13 @@ type producer struct {
 	failedTxs int
 }
 
-func newProducer(t *testing.T, pool *pgxpool.Pool, seed int64, keys int) *producer {
+func newProducer(t *testing.T, db *sql.DB, dialect outbox.Dialect, seed int64, keys int) *producer {
 	t.Helper()
-	w, err := outbox.NewWriter(outbox.Config{Tables: migrations.Tables{}.WithDefaults()})
+	w, err := outbox.NewWriter(outbox.Config{Tables: migrations.Tables{}.WithDefaults(), Dialect: dialect})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &producer{pool: pool, writer: w, rng: rand.New(rand.NewPCG(uint64(seed), 1)), keys: keys, next: map[string]int{}}
+	return &producer{db: db, writer: w, rng: rand.New(rand.NewPCG(uint64(seed), 1)), keys: keys, next: map[string]int{}}
 }
 
 // run writes until ctx ends.
@@ -464,13 +489,13 @@ func (p *producer) once(ctx context.Context) {
 	}
 	opCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	tx, err := p.pool.Begin(opCtx)
+	tx, err := p.db.BeginTx(opCtx, nil)
 	if err != nil {
 		p.fail()
 		return
 	}
-	defer tx.Rollback(context.WithoutCancel(opCtx))
-	ids, err := p.writer.Enqueue(opCtx, tx, rows...)
+	defer tx.Rollback()
+	ids, err := p.writer.EnqueueSQL(opCtx, tx, rows...)
 	if err != nil {
 		p.fail()
 		return
@@ -478,7 +503,7 @@ func (p *producer) once(ctx context.Context) {
 	for i := range evs {
 		evs[i].id = ids[i].String()
 	}
-	err = tx.Commit(opCtx)
+	err = tx.Commit()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.txs++
@@ -499,22 +524,23 @@ func (p *producer) fail() {
 
 // settleUnknown moves the events of failed commits whose rows exist to the
 // committed list.
-func (p *producer) settleUnknown(t *testing.T, pool *pgxpool.Pool) (found int) {
+func (p *producer) settleUnknown(t *testing.T, db database, conn *sql.DB) (found int) {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.unknown) == 0 {
 		return 0
 	}
-	ids := make([]uuid.UUID, len(p.unknown))
+	ids := make([]string, len(p.unknown))
 	for i, e := range p.unknown {
-		ids[i] = uuid.MustParse(e.id)
+		ids[i] = idLiteral(e.id)
 	}
-	rows, err := pool.Query(context.Background(), `SELECT id::text FROM outbox WHERE id = ANY($1)`, ids)
+	rows, err := conn.Query(`SELECT ` + db.idText("id") + ` FROM outbox WHERE id IN (` + strings.Join(ids, ", ") + `)`)
 	if err != nil {
 		t.Fatalf("looking for events of failed commits: %v", err)
 	}
 	exists := map[string]bool{}
+	defer rows.Close()
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
@@ -533,6 +559,11 @@ func (p *producer) settleUnknown(t *testing.T, pool *pgxpool.Pool) (found int) {
 	}
 	return found
 }
+
+// idLiteral is an event id as an SQL string literal: the id is a UUID the
+// producer got back from the outbox library, parsed again so that nothing
+// else can reach the statement.
+func idLiteral(id string) string { return "'" + uuid.MustParse(id).String() + "'" }
 
 // keepLogs copies the relay logs out of the test's temporary directory and
 // returns where they are.

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/heraldhq/herald/outbox"
 )
 
 // cluster is a throwaway PostgreSQL cluster owned by one test.
@@ -70,8 +73,37 @@ func startCluster(t *testing.T) *cluster {
 	}
 	c.run(t, "initdb", "-D", c.data(), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
 	c.start(t)
-	t.Cleanup(func() { c.stop(t, "immediate") })
+	t.Cleanup(func() { c.stop(t, true) })
 	return c
+}
+
+var _ database = (*cluster)(nil)
+
+func (c *cluster) dialect() outbox.Dialect { return outbox.PostgreSQL }
+
+func (c *cluster) relayCommand(config string) *exec.Cmd {
+	return exec.Command(relayBin, "run", "--config", config)
+}
+
+func (c *cluster) idText(col string) string { return col + "::text" }
+
+func (c *cluster) quote(name string) string { return `"` + name + `"` }
+
+// killRelayConns terminates the relays' backends, found by their
+// application_name.
+func (c *cluster) killRelayConns(t *testing.T) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A connection of its own: the check's must not be the victim.
+	conn := c.open(t, "chaos_terminator")
+	defer conn.Close()
+	var n int
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE application_name LIKE $1) x`, relayAppPrefix+"%").Scan(&n); err != nil {
+		t.Errorf("terminating relay connections: %v", err)
+	}
+	return n
 }
 
 func (c *cluster) data() string { return filepath.Join(c.dir, "data") }
@@ -102,9 +134,13 @@ func (c *cluster) start(t *testing.T) {
 	c.run(t, "pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-o", opts, "-w", "-t", "60", "start")
 }
 
-// stop stops the server: mode is fast (clean) or immediate (a crash).
-func (c *cluster) stop(t *testing.T, mode string) {
+// stop stops the server: fast (clean) or immediate (a crash).
+func (c *cluster) stop(t *testing.T, crash bool) {
 	t.Helper()
+	mode := "fast"
+	if crash {
+		mode = "immediate"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := c.command(ctx, "pg_ctl", "-D", c.data(), "-m", mode, "-w", "stop").CombinedOutput()
@@ -123,20 +159,16 @@ func (c *cluster) url(appName string) string {
 // it) so the suite can check it never shows in their output.
 const dbPassword = "Chaos-Db-Pa55word"
 
-// pool returns a pool for the test itself, closed when the test ends.
-func (c *cluster) pool(t *testing.T, appName string) *pgxpool.Pool {
+// open returns a handle for the test itself, closed when the test ends.
+func (c *cluster) open(t *testing.T, name string) *sql.DB {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(c.url(appName))
+	db, err := sql.Open("pgx", c.url(name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 4
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	return p
+	db.SetMaxOpenConns(4)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 func freePort(t *testing.T) int {
