@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	relayBin = filepath.Join(dir, "relay")
-	build := exec.Command("go", "build", "-o", relayBin, "-ldflags", "-X main.version="+testVersion, ".")
+	build := exec.Command("go", "build", "-trimpath", "-o", relayBin, "-ldflags", "-X main.version="+testVersion, ".")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building relay:", err)

@@ -387,7 +387,7 @@ import (
 	if err := os.WriteFile(overlayFile, overlay, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "build", "-overlay", overlayFile, "./internal/readmesnippet")
+	cmd := exec.Command("go", "build", "-trimpath", "-overlay", overlayFile, "./internal/readmesnippet")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the README's Go example does not compile: %v\n%s\nsource:\n%s", err, out, src)

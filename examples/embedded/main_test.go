@@ -300,7 +300,7 @@ func TestEmbeddedBinaryStopsOnSIGTERM(t *testing.T) {
 	url, _, tables := testDatabase(t)
 	rc := newReceiver(t)
 	bin := filepath.Join(t.TempDir(), "embedded")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	demoBin = filepath.Join(dir, "demo")
-	build := exec.Command("go", "build", "-o", demoBin, "./examples/orders/demo")
+	build := exec.Command("go", "build", "-trimpath", "-o", demoBin, "./examples/orders/demo")
 	build.Dir = repoRoot
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
