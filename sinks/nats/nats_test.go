@@ -714,8 +714,12 @@ func TestServerRestart(t *testing.T) {
 		}
 		failedBatches++
 		t.Logf("batch of %d: %d failed in %s, first: %v", len(batch), len(pendingRetry), took.Round(time.Millisecond), errs[indexOfFirstError(errs)])
-		if took > 2500*time.Millisecond {
-			t.Fatalf("a publish during the outage took %s", took)
+		// Each failure is the sink's own (disconnected, no ack within
+		// ack_timeout), not the batch's context running out.
+		for _, err := range errs {
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a publish during the outage waited for its context (%s): %v", took, err)
+			}
 		}
 		if failedBatches == 3 && !restarted {
 			<-stoppedCh
