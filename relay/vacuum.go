@@ -73,6 +73,9 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 		}
 		start := time.Now()
 		done, err := r.store.MaintainTables(ctx, vacuumAfterDeadTuples)
+		if so, ok := r.cfg.Observer.(StoreObserver); ok && err == nil {
+			so.HistoryLength(done.HistoryLength)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("relay: vacuum failed", "error", err)
