@@ -40,7 +40,7 @@ func (res *Result) WriteText(w io.Writer) error {
 		} else {
 			ew.printf("an application's INSERT during the drain: none completed")
 		}
-		ew.printf("; %d waited out the lock timeout (1s), %d failed otherwise\n", in.LockWaits, in.Errors)
+		ew.printf("; %d would have waited for a lock, %d failed otherwise\n", in.LockWaits, in.Errors)
 	}
 	if iso := res.Isolation; iso != nil {
 		writeIsolation(ew, iso, res.Minutes)
