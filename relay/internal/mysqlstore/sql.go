@@ -17,6 +17,16 @@ func inMask(lane string) string {
 	return lane + ` BETWEEN ? AND ? AND (? >> ` + lane + `) & 1 = 1`
 }
 
+// keepsInList prefixes a SELECT whose IN list holds a batch of seqs: MariaDB
+// (10.3+) turns an IN list of in_predicate_conversion_threshold (1,000)
+// values or more into a join with a temporary table of them, sorted with a
+// filesort, and a record's lockRows of a 1,000-event batch took 30–110 ms
+// that way against 3–7 ms on the primary key's range (relay bench drains,
+// docs/benchmarks.md). The executable comment sets the threshold to 0
+// (never) for the statement on MariaDB; MySQL reads it as a comment.
+// UPDATE and DELETE are not converted.
+const keepsInList = `/*M!100300 SET STATEMENT in_predicate_conversion_threshold = 0 FOR */ `
+
 // outcomeTable reads a batch of deliveries' outcomes from one JSON
 // parameter (an array of objects, see outcomeRow), so that a statement's
 // text does not depend on the batch's size and no value is spliced into it.
@@ -162,14 +172,14 @@ ORDER BY q.sink_at, q.head_at, q.at`,
 		// The batch's rows of the lanes held that no other transaction
 		// holds locked (an operator's UPDATE left open): those are left in
 		// place rather than waited for. Parameters: lanes; seqs.
-		lockRows: `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND ` + inMask("lane") + `
+		lockRows: keepsInList + `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND ` + inMask("lane") + `
 ORDER BY seq FOR UPDATE SKIP LOCKED`,
 		// ORDER BY seq LIMIT keeps the primary key's range plan (see
 		// migrations/mysql/store.sql, delete_rows). Parameters: seqs, n.
 		deleteRows: `DELETE FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) ORDER BY seq LIMIT ?`,
 		markDone: `UPDATE ` + o + ` SET status = 'done', finished_at = ` + now + ` WHERE seq IN (` + seqsMarker + `)
 ORDER BY seq LIMIT ?`,
-		left: `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND status = 'pending'`,
+		left: keepsInList + `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND status = 'pending'`,
 		// Parameters: outcomes (JSON), lanes.
 		insertFromOutbox: insertFrom(o),
 		insertFromRouting: insertFrom(`(SELECT * FROM `+dl+` WHERE sink = '')`) +
