@@ -20,11 +20,10 @@ func inMask(lane string) string {
 // keepsInList prefixes a SELECT whose IN list holds a batch of seqs: MariaDB
 // (10.3+) turns an IN list of in_predicate_conversion_threshold (1,000)
 // values or more into a join with a temporary table of them, sorted with a
-// filesort, and a record's lockRows of a 1,000-event batch took 30–110 ms
-// that way against 3–7 ms on the primary key's range (relay bench drains,
-// docs/benchmarks.md). The executable comment sets the threshold to 0
-// (never) for the statement on MariaDB; MySQL reads it as a comment.
-// UPDATE and DELETE are not converted.
+// filesort, which is slower than the primary key's range it replaces
+// (docs/benchmarks.md) and grows with the batch size. The executable
+// comment sets the threshold to 0 (never) for the statement on MariaDB;
+// MySQL reads it as a comment. UPDATE and DELETE are not converted.
 const keepsInList = `/*M!100300 SET STATEMENT in_predicate_conversion_threshold = 0 FOR */ `
 
 // outcomeTable reads a batch of deliveries' outcomes from one JSON
