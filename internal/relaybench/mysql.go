@@ -82,9 +82,10 @@ func (r *run) closeMySQL(ctx context.Context) {
 	}
 }
 
-// newMySQLRelay makes relay i on a connection pool of its own.
+// newMySQLRelay makes a relay on a connection pool of its own, sized for
+// its workers as relay run sizes it.
 func (r *run) newMySQLRelay(cfg relay.Config) (*relay.Relay, *sql.DB, error) {
-	db, err := relay.OpenMySQL(r.cfg.DatabaseURL, max(cfg.Workers, relay.Config{}.WithDefaults().Workers))
+	db, err := relay.OpenMySQL(r.cfg.DatabaseURL, cfg.WithDefaults().Workers)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -96,7 +97,7 @@ func (r *run) newMySQLRelay(cfg relay.Config) (*relay.Relay, *sql.DB, error) {
 	return rl, db, nil
 }
 
-// mysqlLeases counts the lanes each owner holds now.
+// leases counts the lanes each owner holds now.
 func (m *mysqlRun) leases(ctx context.Context) (map[string]int, error) {
 	rows, err := m.admin.QueryContext(ctx, `SELECT owner, count(*) FROM `+m.tables.Lanes()+
 		` WHERE owner IS NOT NULL AND lease_until > utc_timestamp(6) GROUP BY owner`)
@@ -116,8 +117,9 @@ func (m *mysqlRun) leases(ctx context.Context) (map[string]int, error) {
 	return held, rows.Err()
 }
 
-// insertEvents inserts events lo to hi-1 of the run in tx, mysqlInsertRows
-// a statement: ids, keys and payload as the PostgreSQL backlog's.
+// insertMySQLEvents inserts events lo to hi-1 of the run in tx,
+// mysqlInsertRows a statement: ids, keys and payload as the PostgreSQL
+// backlog's.
 func (r *run) insertMySQLEvents(ctx context.Context, tx *sql.Tx, lo, hi int) error {
 	pl := payload(r.cfg.PayloadBytes)
 	args := make([]any, 0, 4*mysqlInsertRows)
@@ -204,8 +206,8 @@ func (r *run) drainMySQL(ctx context.Context) error {
 const insertProbeEvery = 10 * time.Millisecond
 
 // InsertResult is how long an application's INSERT into the outbox took
-// while the relays drained it (MySQL's drain): a claim's gap lock would
-// make it wait.
+// while the relays drained it (MySQL's drain), and whether any would have
+// waited for a lock the relays held (a claim's gap lock would do that).
 type InsertResult struct {
 	Latency *Percentiles `json:"latency_ms"`
 	// LockWaits counts INSERTs that would have waited for a lock: the
@@ -230,6 +232,8 @@ type insertProbe struct {
 	errors int64
 }
 
+// startInsertProbe starts the probe on a connection of its own; stop it
+// with its stop func before reading its result.
 func (r *run) startInsertProbe(ctx context.Context) (*insertProbe, error) {
 	conn, err := r.my.admin.Conn(ctx)
 	if err != nil {
@@ -305,7 +309,8 @@ func (p *insertProbe) result() *InsertResult {
 	return &InsertResult{Latency: percentiles(p.nanos), LockWaits: p.waits, Errors: p.errors}
 }
 
-// produceMySQL commits events in one transaction with a plain INSERT.
+// produce commits the events of ids and keys in one transaction with a
+// plain INSERT.
 func (m *mysqlRun) produce(ctx context.Context, db *sql.DB, ids, keys []string, pl string) error {
 	args := make([]any, 0, 4*len(ids))
 	for i := range ids {
