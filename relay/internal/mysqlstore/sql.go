@@ -173,10 +173,13 @@ ORDER BY q.sink_at, q.head_at, q.at`,
 		// place rather than waited for. Parameters: lanes; seqs.
 		lockRows: keepsInList + `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND ` + inMask("lane") + `
 ORDER BY seq FOR UPDATE SKIP LOCKED`,
-		// ORDER BY seq LIMIT keeps the primary key's range plan (see
-		// migrations/mysql/store.sql, delete_rows). Parameters: seqs, n.
-		deleteRows: `DELETE FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) ORDER BY seq LIMIT ?`,
-		markDone: `UPDATE ` + o + ` SET status = 'done', finished_at = ` + now + ` WHERE seq IN (` + seqsMarker + `)
+		// The batch's rows of the lanes held (the fence: the happy path
+		// does not lock them first). ORDER BY seq LIMIT keeps the primary
+		// key's range plan (see migrations/mysql/store.sql, delete_rows).
+		// Parameters: seqs, lanes, n.
+		deleteRows: `DELETE FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND ` + inMask("lane") + ` ORDER BY seq LIMIT ?`,
+		markDone: `UPDATE ` + o + ` SET status = 'done', finished_at = ` + now + `
+WHERE seq IN (` + seqsMarker + `) AND ` + inMask("lane") + `
 ORDER BY seq LIMIT ?`,
 		left: keepsInList + `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND status = 'pending'`,
 		// Parameters: outcomes (JSON), lanes.

@@ -69,6 +69,13 @@ func retryable(err error) bool {
 	return errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWaitTimeout)
 }
 
+// lockWaitTimeout reports whether err is a statement that waited too long
+// for a row lock (1205).
+func lockWaitTimeout(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == errLockWaitTimeout
+}
+
 // dataError marks err as the server refusing the data it was given (a
 // value too long or out of range, a duplicate, a check constraint) rather
 // than being unable to run the statement.

@@ -188,7 +188,7 @@ func TestInsertNeverWaitsOnTheRelay(t *testing.T) {
 		}
 		var insertErr error
 		err := r.inTx(ctx, func(tx *sql.Tx) error {
-			if _, err := r.Store.record(ctx, tx, r.owner, o, false); err != nil {
+			if _, err := r.Store.record(ctx, tx, r.owner, o, false, !o.Happy()); err != nil {
 				return err
 			}
 			insertErr = insert() // the record's transaction is open
