@@ -22,11 +22,12 @@ const (
 // ends it with a deadlock or a lock wait timeout.
 const retries = 5
 
-// inTx runs fn in a READ COMMITTED transaction and commits it, running it
-// again (after a short jittered pause) when InnoDB chose it as a deadlock's
-// victim (1213) or it waited too long for a row lock (1205): both roll the
-// transaction, or the statement, back, and the whole transaction is what
-// can be retried.
+// inTx runs fn in a READ COMMITTED transaction (the sessions' level on a
+// *sql.DB opened by Open, else set for each transaction) and commits it,
+// running it again (after a short jittered pause) when InnoDB chose it as
+// a deadlock's victim (1213) or it waited too long for a row lock (1205):
+// both roll the transaction, or the statement, back, and the whole
+// transaction is what can be retried.
 //
 // READ COMMITTED: at REPEATABLE READ, InnoDB's default, a locking read or a
 // DELETE reaching the end of the pending range locks the gap after the last
@@ -51,7 +52,7 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 }
 
 func (s *Store) tryTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := s.db.BeginTx(ctx, s.txOptions)
 	if err != nil {
 		return err
 	}

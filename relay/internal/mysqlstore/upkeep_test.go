@@ -11,6 +11,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay/internal/store"
 )
@@ -154,16 +155,33 @@ func TestTransactionsRetry(t *testing.T) {
 
 // An application's INSERT never waits on the relay: with a 1 s lock wait
 // timeout, it is made while a record of the outbox's last rows (the tail,
-// the gap after them) is open, after a claim to the end of the range.
+// the gap after them) is open, after a claim to the end of the range. The
+// store runs on a pool opened by Open (its sessions at READ COMMITTED) and
+// on one an embedder opened (the server's REPEATABLE READ: the store sets
+// READ COMMITTED for each transaction).
 func TestInsertNeverWaitsOnTheRelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	r := b.relay(t, "r1")
-	if _, _, err := r.takeLanes(ctx, time.Hour); err != nil {
+	opened := b.relay(t, "r1")
+	if _, _, err := opened.takeLanes(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	seqs := b.insert(t, ev{"t", "a"}, ev{"t", "b"}, ev{"t", "c"}, ev{"t", "a"})
+	cfg, err := mysqlurl.Config(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Configure(cfg)
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := sql.OpenDB(conn)
+	defer own.Close()
+	embedded := &relayOn{Store: New(own, b.tables, Config{}), owner: "r1"}
+	if embedded.txOptions == nil {
+		t.Fatal("a store on a pool not opened by Open trusts its sessions' isolation level")
+	}
 	app, err := b.db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -176,33 +194,39 @@ func TestInsertNeverWaitsOnTheRelay(t *testing.T) {
 		_, err := app.ExecContext(ctx, "INSERT INTO "+b.tables.Outbox()+" (topic, `key`, payload) VALUES ('orders', 'a', '{}')")
 		return err
 	}
-	if fresh, _, err := r.claim(ctx, 100); err != nil || len(fresh) != 4 {
-		t.Fatalf("claimed %d (%v)", len(fresh), err)
-	}
-	for _, o := range []*store.Outcome{
-		{OutboxSeqs: seqs[2:]},                                 // the happy path's delete at the tail
-		{OutboxSeqs: seqs[:2], OutboxKeys: []string{"a", "b"}}, // a fan-out
-	} {
-		if o.OutboxKeys != nil {
-			o.FromOutbox.Add(seqs[0], "s", store.Ready, false, 1, time.Time{}, boom)
-		}
-		var insertErr error
-		err := r.inTx(ctx, func(tx *sql.Tx) error {
-			if _, err := r.Store.record(ctx, tx, r.owner, o, false, !o.Happy()); err != nil {
-				return err
-			}
-			insertErr = insert() // the record's transaction is open
-			return nil
-		})
-		if err != nil {
+	for _, r := range []*relayOn{opened, embedded} {
+		if _, err := b.db.ExecContext(ctx, "DELETE FROM "+b.tables.Outbox()); err != nil {
 			t.Fatal(err)
 		}
-		if insertErr != nil {
-			t.Fatalf("the application's INSERT while a record was open: %v", insertErr)
+		seqs := b.insert(t, ev{"t", "a"}, ev{"t", "b"}, ev{"t", "c"}, ev{"t", "a"})
+		if fresh, _, err := r.claim(ctx, 100); err != nil || len(fresh) != 4 {
+			t.Fatalf("claimed %d (%v)", len(fresh), err)
 		}
-	}
-	if n := b.count(t, "true"); n != 2 {
-		t.Fatalf("%d rows after the records, want the 2 inserts", n)
+		for _, o := range []*store.Outcome{
+			{OutboxSeqs: seqs[2:]},                                 // the happy path's delete at the tail
+			{OutboxSeqs: seqs[:2], OutboxKeys: []string{"a", "b"}}, // a fan-out
+		} {
+			if o.OutboxKeys != nil {
+				o.FromOutbox.Add(seqs[0], "s", store.Ready, false, 1, time.Time{}, boom)
+			}
+			var insertErr error
+			err := r.inTx(ctx, func(tx *sql.Tx) error {
+				if _, err := r.Store.record(ctx, tx, r.owner, o, false, !o.Happy()); err != nil {
+					return err
+				}
+				insertErr = insert() // the record's transaction is open
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if insertErr != nil {
+				t.Fatalf("the application's INSERT while a record was open (pool opened by Open: %v): %v", r == opened, insertErr)
+			}
+		}
+		if n := b.count(t, "true"); n != 2 {
+			t.Fatalf("%d rows after the records, want the 2 inserts", n)
+		}
 	}
 }
 
