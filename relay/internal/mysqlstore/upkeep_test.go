@@ -11,7 +11,6 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
-	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/relay/internal/store"
 )
@@ -98,22 +97,34 @@ func TestUpkeep(t *testing.T) {
 }
 
 // Every relay transaction runs at READ COMMITTED, whatever the session's
-// level (InnoDB's default is REPEATABLE READ), as InnoDB reports it.
+// level (InnoDB's default is REPEATABLE READ): a second read sees a row
+// committed elsewhere after the first, which REPEATABLE READ's snapshot
+// hides. Both on a pool opened by Open and on one an embedder opened.
 func TestTransactionsAreReadCommitted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	r := b.relay(t, "r1")
-	var level string
-	err := r.inTx(ctx, func(tx *sql.Tx) error {
-		// InnoDB lists a transaction once it has read something.
-		if _, err := r.laneMask(ctx, tx, r.sql.lockLanes, "r1"); err != nil {
-			return err
+	for _, db := range []*sql.DB{b.relayDB(t), b.embedderDB(t)} {
+		r := &relayOn{Store: New(db, b.tables, Config{}), owner: "r1"}
+		count := func(q interface {
+			QueryRowContext(context.Context, string, ...any) *sql.Row
+		}) (n int) {
+			if err := q.QueryRowContext(ctx, "SELECT count(*) FROM "+b.tables.Outbox()).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
 		}
-		return tx.QueryRowContext(ctx, "SELECT trx_isolation_level FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = connection_id()").Scan(&level)
-	})
-	if err != nil || level != "READ COMMITTED" {
-		t.Fatalf("the relay's transaction runs at %q (%v)", level, err)
+		var before, after int
+		err := r.inTx(ctx, func(tx *sql.Tx) error {
+			before = count(tx) // at REPEATABLE READ, the snapshot of every later read
+			b.insert(t, ev{"t", "a"})
+			after = count(tx)
+			return nil
+		})
+		if err != nil || after != before+1 {
+			t.Fatalf("the relay's transaction read %d rows, then %d after a commit elsewhere (%v): not READ COMMITTED (pool opened by Open: %v)",
+				before, after, err, r.txOptions == nil)
+		}
 	}
 }
 
@@ -167,21 +178,7 @@ func TestInsertNeverWaitsOnTheRelay(t *testing.T) {
 	if _, _, err := opened.takeLanes(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := mysqlurl.Config(b.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	Configure(cfg)
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := sql.OpenDB(conn)
-	defer own.Close()
-	embedded := &relayOn{Store: New(own, b.tables, Config{}), owner: "r1"}
-	if embedded.txOptions == nil {
-		t.Fatal("a store on a pool not opened by Open trusts its sessions' isolation level")
-	}
+	embedded := &relayOn{Store: New(b.embedderDB(t), b.tables, Config{}), owner: "r1"}
 	app, err := b.db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
