@@ -31,8 +31,9 @@ func NewMySQL(db *sql.DB, cfg Config) (*Relay, error) {
 
 // OpenMySQL opens a *sql.DB for a relay on a mysql:// URL, with the
 // settings its store needs (interpolated parameters, a lock wait timeout
-// of one second unless the URL sets one, times in UTC), at most PoolSize
-// connections for that many workers. Errors never quote the URL.
+// of one second unless the URL sets one, times in UTC, sessions at READ
+// COMMITTED), at most PoolSize connections for that many workers. Errors
+// never quote the URL.
 func OpenMySQL(url string, workers int) (*sql.DB, error) {
 	db, err := mysqlstore.Open(url)
 	if err != nil {

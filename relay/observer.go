@@ -27,6 +27,21 @@ type Observer interface {
 	SinkPublish(sink string, events int, took time.Duration)
 }
 
+// StoreObserver is an Observer that also receives figures of the
+// database itself, which the relay reads at each look of its table
+// maintenance (every 10 seconds, and more often while it records many
+// events). The metrics package implements it; Observers passes them on to
+// those of its list that do.
+type StoreObserver interface {
+	Observer
+	// HistoryLength reports InnoDB's history list length on MySQL and
+	// MariaDB: undo records not yet purged, over which claims slow down
+	// (a long transaction anywhere on the server holds purge back). It is
+	// 0 on PostgreSQL, and when the relay's user may not read it (MySQL 8
+	// wants the PROCESS privilege).
+	HistoryLength(n int64)
+}
+
 // NopObserver ignores every measurement.
 type NopObserver struct{}
 
@@ -111,5 +126,13 @@ func (t observers) Recorded(events int, took time.Duration) {
 func (t observers) SinkPublish(sink string, events int, took time.Duration) {
 	for _, o := range t {
 		o.SinkPublish(sink, events, took)
+	}
+}
+
+func (t observers) HistoryLength(n int64) {
+	for _, o := range t {
+		if so, ok := o.(StoreObserver); ok {
+			so.HistoryLength(n)
+		}
 	}
 }

@@ -564,6 +564,17 @@ func (r *Relay) listen(ctx context.Context) {
 	}
 }
 
+// Wake tells the relay that events were just committed, so that its idle
+// workers claim them now rather than at their next look. An application
+// that runs the relay in its own process calls it after the Commit of a
+// transaction that enqueued events: on MySQL, which has no LISTEN/NOTIFY,
+// the relay otherwise finds them by polling, up to Config.PollInterval
+// later while it is idle. On PostgreSQL the commit's notification does the
+// same, and Wake only saves its round trip. Wake never blocks, is safe for
+// concurrent use and costs nothing when the workers are busy; a call before
+// Run only makes the first look come sooner.
+func (r *Relay) Wake() { r.signal(false) }
+
 // relaneSiblings asks the other workers to refresh their lanes now.
 func (r *Relay) relaneSiblings(from *worker) {
 	for _, w := range r.workers {

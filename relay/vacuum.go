@@ -53,7 +53,7 @@ func (r *Relay) askVacuumLoop() {
 
 // vacuumLoop vacuums the outbox and deliveries tables whenever either holds
 // more than vacuumAfterDeadTuples dead tuples, and analyzes either when it
-// has grown (store.MaintainTables), looking every vacuumEvery and whenever
+// has grown (store.MaintainTables), looking at start, every vacuumEvery and whenever
 // countRecorded or countQueued asks. Every delivered event leaves a dead tuple
 // that claims walk past until a vacuum removes it: at 10,000 events/s a
 // look every 10 s let 100,000 pile up between vacuums, and the claims of the
@@ -64,15 +64,23 @@ func (r *Relay) askVacuumLoop() {
 func (r *Relay) vacuumLoop(ctx context.Context) {
 	tick := time.NewTicker(r.vacuumEvery)
 	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-r.vacuumCheck:
+	// The first look is at start: a table left to grow while no relay ran
+	// is maintained at once, and the store's observer has its figures
+	// (the MySQL history list length) from the start.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			case <-r.vacuumCheck:
+			}
 		}
 		start := time.Now()
 		done, err := r.store.MaintainTables(ctx, vacuumAfterDeadTuples)
+		if so, ok := r.cfg.Observer.(StoreObserver); ok && err == nil {
+			so.HistoryLength(done.HistoryLength)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("relay: vacuum failed", "error", err)

@@ -11,6 +11,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/sinks/nats/natstest"
 	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
@@ -61,6 +62,23 @@ func TestBenchText(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "verified: 500 events, 0 lost, 0 duplicates, key order intact") ||
 		!strings.Contains(r.stdout, "one key per event") {
 		t.Fatalf("relay bench:\n%s", r)
+	}
+}
+
+// TestBenchMySQL: relay bench takes a mysql:// database (drain and live;
+// the failure modes are PostgreSQL's only) and times an application's
+// INSERT during the drain.
+func TestBenchMySQL(t *testing.T) {
+	t.Parallel()
+	url := mysqltest.URL(t)
+	r := runRelay(t, nil, "bench", "--events", "300", "--database-url", url)
+	if r.code != 0 || !strings.Contains(r.stdout, "verified: 300 events, 0 lost, 0 duplicates, key order intact") ||
+		!strings.Contains(r.stdout, "an application's INSERT during the drain: ") {
+		t.Fatalf("relay bench:\n%s", r)
+	}
+	r = runRelay(t, nil, "bench", "--mode", "hotkey", "--database-url", url)
+	if r.code != 2 || !strings.Contains(r.stderr, "--mode: hotkey runs on PostgreSQL only") {
+		t.Fatalf("relay bench --mode hotkey on MySQL:\n%s", r)
 	}
 }
 

@@ -93,16 +93,6 @@ func TestMySQLPasswordNeverPrinted(t *testing.T) {
 	}
 }
 
-// TestMySQLBenchRefused: relay bench, which runs on PostgreSQL only, refuses
-// a mysql:// database saying so, before connecting.
-func TestMySQLBenchRefused(t *testing.T) {
-	t.Parallel()
-	r := inProcess(t, context.Background(), "bench", "--database-url", "mysql://root@127.0.0.1:1/none")
-	if r.code != 2 || !strings.Contains(r.stderr, "relay bench runs on PostgreSQL only") {
-		t.Fatalf("want exit 2 saying bench runs on PostgreSQL only:\n%s", r)
-	}
-}
-
 // TestMySQLRelay: the operator's day on MariaDB. relay migrate up, events
 // inserted with plain SQL, relay run delivering them to a webhook (one
 // refused for good), relay config check and status, the admin API, the

@@ -34,23 +34,6 @@ func (g *globalFlags) loadRead(requireConfig bool) (*setup, error) {
 	return g.loadWith(requireConfig, relayconfig.LoadReadOnly)
 }
 
-// load is loadRead for relay bench, which runs on PostgreSQL only: it
-// refuses a mysql:// database.
-func (g *globalFlags) load(requireConfig bool) (*setup, error) {
-	s, err := g.loadRead(requireConfig)
-	if err != nil {
-		return nil, err
-	}
-	if s.mysql() {
-		return nil, usageError(errMySQLBench)
-	}
-	return s, nil
-}
-
-// errMySQLBench is relay bench's answer to a mysql:// database.
-var errMySQLBench = errors.New("database.url: relay bench runs on PostgreSQL only; " +
-	"on a mysql:// database, relay migrate, run, status, dlq and config check work")
-
 // loadAll is for commands that start sinks (run, config check): the whole
 // configuration is required, read and checked.
 func (g *globalFlags) loadAll() (*setup, error) {

@@ -3,6 +3,7 @@ package relaybench
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -48,6 +49,8 @@ type Result struct {
 	EventsPerSecond float64 `json:"events_per_s"`
 	// Latency is commit-to-acknowledgement per event (live mode only).
 	Latency *Percentiles `json:"latency_ms,omitempty"`
+	// Insert is an application's INSERT during a drain on MySQL.
+	Insert *InsertResult `json:"insert,omitempty"`
 	// Claim and Record are the relays' per-batch claim and record round
 	// trips (batches that claimed nothing are left out of Claim).
 	Claim *Percentiles `json:"claim_ms,omitempty"`
@@ -135,7 +138,10 @@ type Interval struct {
 	Backlog         int64   `json:"backlog"`
 	TableBytes      int64   `json:"table_bytes"`
 	DeadTuples      int64   `json:"dead_tuples"`
-	CommitRate      float64 `json:"commit_rate,omitempty"`
+	// HistoryLength is InnoDB's history list length (MySQL), in place of
+	// DeadTuples.
+	HistoryLength *int64  `json:"history_list_length,omitempty"`
+	CommitRate    float64 `json:"commit_rate,omitempty"`
 	// Phase places the interval against the outage (ModeOutage,
 	// ModeIsolation): before, during, after, or mixed when it spans the
 	// outage's start or end.
@@ -156,7 +162,10 @@ type run struct {
 	ids    idCodec
 	name   string // unique run name (hex)
 	tables migrations.Tables
+	// admin is the bench's pool on PostgreSQL; my is nil there and holds
+	// the run's state on MySQL, where admin is nil.
 	admin  *pgxpool.Pool
+	my     *mysqlRun
 	dest   *destinationEnv
 	origin time.Time
 	// sinks are the route's sinks; rec is the first one's recording (the
@@ -281,16 +290,23 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.res.Workers = relay.Config{}.WithDefaults().Workers
 	}
 
-	admin, err := newPool(ctx, cfg.DatabaseURL, 4, nil)
-	if err != nil {
-		return nil, err
+	if cfg.isMySQL() {
+		if err := r.openMySQL(ctx); err != nil {
+			return nil, err
+		}
+		defer r.closeMySQL(ctx)
+	} else {
+		admin, err := newPool(ctx, cfg.DatabaseURL, 4, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer admin.Close()
+		r.admin = admin
+		if err := r.createSchema(ctx); err != nil {
+			return nil, err
+		}
+		defer r.dropSchema(ctx)
 	}
-	defer admin.Close()
-	r.admin = admin
-	if err := r.createSchema(ctx); err != nil {
-		return nil, err
-	}
-	defer r.dropSchema(ctx)
 
 	dest, err := startDestination(ctx, cfg, r.name, r.log)
 	if err != nil {
@@ -309,7 +325,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	switch cfg.Mode {
 	case ModeDrain:
 		r.runSink("bench", cfg.Events, nil)
-		err = r.drain(ctx)
+		if r.my != nil {
+			err = r.drainMySQL(ctx)
+		} else {
+			err = r.drain(ctx)
+		}
 	case ModeLive:
 		r.runSink("bench", cfg.liveCapacity(), nil)
 		err = r.live(ctx)
@@ -392,6 +412,8 @@ type relays struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	pools  []*pgxpool.Pool
+	dbs    []*sql.DB // MySQL's
+	relays []*relay.Relay
 	sinks  []sinks.Sink
 	errs   chan error
 }
@@ -402,14 +424,6 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	rs := &relays{cancel: cancel, errs: make(chan error, r.cfg.Relays)}
 	for i := range r.cfg.Relays {
-		// The relay's own session settings, as relay run uses them, under
-		// the run's application name.
-		pool, err := newPool(ctx, r.cfg.DatabaseURL, 0, r.writerPool)
-		if err != nil {
-			rs.stop(ctx, r.log)
-			return nil, err
-		}
-		rs.pools = append(rs.pools, pool)
 		var targets []relay.Target
 		for _, s := range r.sinks {
 			inner, err := s.newSink()
@@ -445,11 +459,12 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 			// dead letter and let the key's queue move on.
 			rcfg.MaxAttempts = math.MaxInt32
 		}
-		rl, err := relay.New(pool, rcfg)
+		rl, err := r.newRelay(ctx, rs, rcfg)
 		if err != nil {
 			rs.stop(ctx, r.log)
 			return nil, fmt.Errorf("starting relay %d: %w", i, err)
 		}
+		rs.relays = append(rs.relays, rl)
 		rs.wg.Add(1)
 		go func() {
 			defer rs.wg.Done()
@@ -459,6 +474,33 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 		}()
 	}
 	return rs, nil
+}
+
+// newRelay makes a relay on a pool of its own, added to rs.
+func (r *run) newRelay(ctx context.Context, rs *relays, cfg relay.Config) (*relay.Relay, error) {
+	if r.my != nil {
+		rl, db, err := r.newMySQLRelay(cfg)
+		if err != nil {
+			return nil, err
+		}
+		rs.dbs = append(rs.dbs, db)
+		return rl, nil
+	}
+	// The relay's own session settings, as relay run uses them, under the
+	// run's application name.
+	pool, err := newPool(ctx, r.cfg.DatabaseURL, 0, r.writerPool)
+	if err != nil {
+		return nil, err
+	}
+	rs.pools = append(rs.pools, pool)
+	return relay.New(pool, cfg)
+}
+
+// wake wakes every relay (Relay.Wake).
+func (rs *relays) wake() {
+	for _, rl := range rs.relays {
+		rl.Wake()
+	}
 }
 
 // stop stops the relays (they finish the batch in flight), then closes
@@ -475,6 +517,9 @@ func (rs *relays) stop(ctx context.Context, log *slog.Logger) {
 	}
 	for _, p := range rs.pools {
 		p.Close()
+	}
+	for _, db := range rs.dbs {
+		db.Close()
 	}
 }
 
@@ -522,28 +567,18 @@ func (r *run) awaitLanes(ctx context.Context, rs *relays) (bool, error) {
 	loops := r.cfg.Relays * r.res.Workers
 	fair := (64 + loops - 1) / loops
 	deadline := time.Now().Add(15 * time.Second)
-	q := `SELECT owner, count(*) FROM ` + r.tables.Lanes() + ` WHERE owner IS NOT NULL AND lease_until > now() GROUP BY owner`
 	for {
 		if err := rs.failed(); err != nil {
 			return false, err
 		}
-		rows, err := r.admin.Query(ctx, q)
+		held, err := r.leases(ctx)
 		if err != nil {
 			return false, fmt.Errorf("reading lane leases: %w", err)
 		}
-		owners, total, most := 0, 0, 0
-		var (
-			owner string
-			n     int
-		)
-		_, err = pgx.ForEachRow(rows, []any{&owner, &n}, func() error {
-			owners++
+		owners, total, most := len(held), 0, 0
+		for _, n := range held {
 			total += n
 			most = max(most, n)
-			return nil
-		})
-		if err != nil {
-			return false, fmt.Errorf("reading lane leases: %w", err)
 		}
 		if owners == loops && total == 64 && most <= fair {
 			return true, nil
@@ -555,6 +590,27 @@ func (r *run) awaitLanes(ctx context.Context, rs *relays) (bool, error) {
 			return false, ctx.Err()
 		}
 	}
+}
+
+// leases counts the lanes each owner holds now.
+func (r *run) leases(ctx context.Context) (map[string]int, error) {
+	if r.my != nil {
+		return r.my.leases(ctx)
+	}
+	rows, err := r.admin.Query(ctx, `SELECT owner, count(*) FROM `+r.tables.Lanes()+` WHERE owner IS NOT NULL AND lease_until > now() GROUP BY owner`)
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]int{}
+	var (
+		owner string
+		n     int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&owner, &n}, func() error {
+		held[owner] = n
+		return nil
+	})
+	return held, err
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -755,7 +811,7 @@ func (r *run) finish(ctx context.Context, committed []bool, elapsedNanos int64, 
 	res.CPUSeconds, res.CPUScope = cpu.Seconds(), cpuScope
 	res.Claim, res.Publish, res.Record, res.MeanBatch = r.obs.summary()
 	res.Failures = r.obs.failed.Load()
-	if err := r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.tables.Outbox()).Scan(&res.RowsLeft); err != nil {
+	if err := r.rowsLeft(ctx, &res.RowsLeft); err != nil {
 		r.log.Warn("relaybench: counting rows left", "error", err)
 		res.RowsLeft = -1
 	}
@@ -772,6 +828,14 @@ func (r *run) finish(ctx context.Context, committed []bool, elapsedNanos int64, 
 	for i, s := range r.sinks {
 		res.Sinks = append(res.Sinks, SinkResult{Name: s.name, Verification: each[i]})
 	}
+}
+
+// rowsLeft counts the outbox's rows into n.
+func (r *run) rowsLeft(ctx context.Context, n *int64) error {
+	if r.my != nil {
+		return r.my.admin.QueryRowContext(ctx, "SELECT count(*) FROM "+r.my.tables.Outbox()).Scan(n)
+	}
+	return r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.tables.Outbox()).Scan(n)
 }
 
 func keysText(keys int) string {

@@ -73,7 +73,8 @@ const (
 // Config configures a run. Zero fields take the default their comment
 // states; flag names are those of `relay bench`.
 type Config struct {
-	// DatabaseURL is the PostgreSQL connection string. Required.
+	// DatabaseURL is the PostgreSQL connection string, or a mysql:// URL
+	// for MySQL or MariaDB (ModeDrain and ModeLive only). Required.
 	DatabaseURL string
 	// Table names the outbox table inside the run's own schema. Defaults
 	// to outbox.
@@ -372,7 +373,11 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
 		return errors.New("--database-url: required")
 	}
-	if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
+	if c.isMySQL() {
+		if err := c.validateMySQL(); err != nil {
+			return err
+		}
+	} else if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
 		return errors.New("--database-url: not a valid PostgreSQL connection string")
 	}
 	switch {

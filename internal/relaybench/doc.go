@@ -1,5 +1,5 @@
-// Package relaybench measures Herald's relay against a real PostgreSQL: the
-// logic behind `relay bench`.
+// Package relaybench measures Herald's relay against a real PostgreSQL, or
+// MySQL or MariaDB: the logic behind `relay bench`.
 //
 // A run creates a schema of its own (a unique name, migrated with
 // migrations.Migrator, dropped at the end unless Config.Keep), starts
@@ -34,6 +34,13 @@
 //     failing with a retryable error, then times the drain of a backlog of
 //     the other keys and reports the claims' durations; afterwards the key
 //     heals and its events are delivered.
+//
+// On MySQL or MariaDB (a mysql:// Config.DatabaseURL; mysql.go), ModeDrain
+// and ModeLive run in a database of the run's own. The backlog and the
+// producers are plain INSERTs, the drain wakes the relays in process after
+// its commit (relay.Relay.Wake), and an insert probe times an application's
+// INSERT into the outbox throughout the drain, counting any that would have
+// waited for a lock (Result.Insert).
 //
 // Every run ends with Verify: each committed event must have been
 // acknowledged at least once, by every sink, and, per key and sink, the first

@@ -2,6 +2,7 @@ package relaybench
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/outbox"
 )
 
@@ -18,20 +20,16 @@ import (
 // relays for cfg.Duration) and measures commit-to-acknowledgement latency.
 func (r *run) live(ctx context.Context) error {
 	cfg := r.cfg
-	writer, err := outbox.NewWriter(outbox.Config{Tables: r.tables})
+	newProducers, closeProducers, err := r.producerConns(ctx)
 	if err != nil {
 		return err
 	}
-	prodPool, err := newPool(ctx, cfg.DatabaseURL, int32(cfg.Producers+1), nil)
-	if err != nil {
-		return err
-	}
-	defer prodPool.Close()
+	defer closeProducers()
 	r.res.Producers = &ProducerResult{Producers: cfg.Producers, TxEvents: cfg.TxEvents, TargetRate: cfg.Rate}
 
 	if cfg.Baseline > 0 {
 		fmt.Fprintf(cfg.Progress, "baseline: %d producers for %s with no relay...\n", cfg.Producers, cfg.Baseline)
-		p := &producers{r: r, writer: writer, pool: prodPool, baseline: true}
+		p := newProducers(true)
 		n, elapsed := p.run(ctx, cfg.Baseline)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -39,7 +37,7 @@ func (r *run) live(ctx context.Context) error {
 		r.res.Producers.BaselineCommitRate = float64(n) / elapsed.Seconds()
 		r.res.Producers.Errors += p.errors.Load()
 		// The baseline's rows are not part of the measurement.
-		if _, err := r.admin.Exec(ctx, "TRUNCATE "+r.tables.Outbox()); err != nil {
+		if err := r.truncateOutbox(ctx); err != nil {
 			return fmt.Errorf("removing the baseline's events: %w", err)
 		}
 	}
@@ -64,7 +62,7 @@ func (r *run) live(ctx context.Context) error {
 	if cfg.Mode == ModeIsolation {
 		iso = r.startIsolation(ctx, m.start, committedSoFar)
 	}
-	p := &producers{r: r, writer: writer, pool: prodPool}
+	p := newProducers(false)
 	n, elapsed := p.run(ctx, cfg.Duration)
 	producersEnd := time.Since(r.origin).Nanoseconds()
 	if iso != nil {
@@ -116,12 +114,54 @@ func (r *run) latencies(records []Record) *Percentiles {
 	return percentiles(ns)
 }
 
-// producers commit one event per transaction through the outbox library.
+// producerConns connects the producers: on PostgreSQL a pool and the
+// outbox library, on MySQL a *sql.DB and plain INSERTs (what any
+// application, in any language, writes). newProducers makes producers on
+// them; closeConns disconnects.
+func (r *run) producerConns(ctx context.Context) (newProducers func(baseline bool) *producers, closeConns func(), err error) {
+	conns := r.cfg.Producers + 1
+	if r.my != nil {
+		db, err := mysqlurl.Open(r.cfg.DatabaseURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--database-url: %w", err)
+		}
+		db.SetMaxOpenConns(conns)
+		db.SetMaxIdleConns(conns)
+		return func(baseline bool) *producers {
+			return &producers{r: r, db: db, baseline: baseline}
+		}, func() { db.Close() }, nil
+	}
+	writer, err := outbox.NewWriter(outbox.Config{Tables: r.tables})
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := newPool(ctx, r.cfg.DatabaseURL, int32(conns), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(baseline bool) *producers {
+		return &producers{r: r, writer: writer, pool: pool, baseline: baseline}
+	}, pool.Close, nil
+}
+
+// truncateOutbox empties the outbox table.
+func (r *run) truncateOutbox(ctx context.Context) error {
+	if r.my != nil {
+		_, err := r.my.admin.ExecContext(ctx, "TRUNCATE TABLE "+r.my.tables.Outbox())
+		return err
+	}
+	_, err := r.admin.Exec(ctx, "TRUNCATE "+r.tables.Outbox())
+	return err
+}
+
+// producers commit events through the outbox library (PostgreSQL) or
+// plain INSERTs (MySQL).
 type producers struct {
 	r        *run
 	writer   *outbox.Writer
 	pool     *pgxpool.Pool
-	baseline bool // ids outside the run's index space, commit times not kept
+	db       *sql.DB // MySQL's, instead of writer and pool
+	baseline bool    // ids outside the run's index space, commit times not kept
 	errors   atomic.Int64
 }
 
@@ -193,10 +233,7 @@ func (p *producers) produce(ctx, stopCtx context.Context, i int, start time.Time
 		if len(events) == 0 {
 			return done
 		}
-		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-			_, err := p.writer.Enqueue(ctx, tx, events...)
-			return err
-		})
+		err := p.commit(ctx, events)
 		if err != nil {
 			if ctx.Err() == nil {
 				p.errors.Add(1)
@@ -213,4 +250,19 @@ func (p *producers) produce(ctx, stopCtx context.Context, i int, start time.Time
 		}
 		done += int64(len(events))
 	}
+}
+
+// commit commits events in one transaction.
+func (p *producers) commit(ctx context.Context, events []outbox.Event) error {
+	if p.db != nil {
+		ids, keys := make([]string, len(events)), make([]string, len(events))
+		for i, e := range events {
+			ids[i], keys[i] = e.ID.String(), e.Key
+		}
+		return p.r.my.produce(ctx, p.db, ids, keys, string(events[0].Payload))
+	}
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		_, err := p.writer.Enqueue(ctx, tx, events...)
+		return err
+	})
 }

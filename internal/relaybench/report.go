@@ -137,6 +137,9 @@ func (r *run) intervalLatencies(recs []Record) *Percentiles {
 func (r *run) tableStats(ctx context.Context, iv *Interval) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if r.my != nil {
+		return r.my.tableStats(ctx, iv)
+	}
 	return r.admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+r.tables.Outbox()+` WHERE status = 'pending'),
        pg_total_relation_size($1::regclass),
        coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $2 AND relname = $3), 0)`,
@@ -149,7 +152,12 @@ func (iv Interval) String() string {
 	if iv.CommitRate > 0 || iv.LatencyP50 > 0 {
 		s += fmt.Sprintf("  p50 %7.2fms  p99 %7.2fms  commits %7.0f/s", iv.LatencyP50, iv.LatencyP99, iv.CommitRate)
 	}
-	s += fmt.Sprintf("  backlog %8d  table %s  dead tuples %d", iv.Backlog, mib(iv.TableBytes), iv.DeadTuples)
+	s += fmt.Sprintf("  backlog %8d  table %s", iv.Backlog, mib(iv.TableBytes))
+	if iv.HistoryLength != nil {
+		s += fmt.Sprintf("  history list %d", *iv.HistoryLength)
+	} else {
+		s += fmt.Sprintf("  dead tuples %d", iv.DeadTuples)
+	}
 	if iv.DownQueue != nil {
 		s += fmt.Sprintf("  down: queue %d, %.0f ev/s", *iv.DownQueue, iv.DownEventsPerSecond)
 	}

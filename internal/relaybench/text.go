@@ -34,6 +34,14 @@ func (res *Result) WriteText(w io.Writer) error {
 		}
 		ew.printf("commit-to-publish latency%s: p50 %.2fms  p90 %.2fms  p99 %.2fms  max %.2fms\n", who, p.P50, p.P90, p.P99, p.Max)
 	}
+	if in := res.Insert; in != nil {
+		if p := in.Latency; p != nil {
+			ew.printf("an application's INSERT during the drain: %d, p50 %.2fms  p99 %.2fms  max %.2fms", p.Count, p.P50, p.P99, p.Max)
+		} else {
+			ew.printf("an application's INSERT during the drain: none completed")
+		}
+		ew.printf("; %d would have waited for a lock, %d failed otherwise\n", in.LockWaits, in.Errors)
+	}
 	if iso := res.Isolation; iso != nil {
 		writeIsolation(ew, iso, res.Minutes)
 	}

@@ -39,9 +39,11 @@ type Metrics struct {
 
 	pending, dead, oldestPending prometheus.Gauge
 	backlogErrors                prometheus.Counter
+
+	historyLength prometheus.Gauge
 }
 
-var _ relay.Observer = (*Metrics)(nil)
+var _ relay.StoreObserver = (*Metrics)(nil)
 
 // New creates the collectors and registers them with reg.
 func New(reg prometheus.Registerer) (*Metrics, error) {
@@ -115,10 +117,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "herald_backlog_refresh_errors_total",
 			Help: "Failed reads of the backlog gauges.",
 		}),
+		historyLength: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_mysql_history_list_length",
+			Help: "InnoDB's history list length: undo records not yet purged, over which claims slow down; a long transaction on the server holds it up (MySQL and MariaDB; 0 on PostgreSQL or without the PROCESS privilege; read every 10s).",
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.published, m.failed, m.retried, m.deadOnSink, m.deferred,
 		m.deadLettered, m.claimed, m.claimSeconds, m.recordSeconds, m.publishSeconds, m.deliverySeconds,
-		m.paused, m.pending, m.dead, m.oldestPending, m.backlogErrors} {
+		m.paused, m.pending, m.dead, m.oldestPending, m.backlogErrors, m.historyLength} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -171,6 +177,10 @@ func (m *Metrics) Recorded(_ int, took time.Duration) { m.recordSeconds.Observe(
 func (m *Metrics) SinkPublish(sink string, _ int, took time.Duration) {
 	m.publishSeconds.WithLabelValues(sink).Observe(took.Seconds())
 }
+
+// HistoryLength implements relay.StoreObserver: it sets
+// herald_mysql_history_list_length.
+func (m *Metrics) HistoryLength(n int64) { m.historyLength.Set(float64(n)) }
 
 // SetBacklog sets the backlog gauges: herald_backlog_pending_events to
 // what is not delivered yet (t.Undelivered: pending events plus queued

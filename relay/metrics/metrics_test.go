@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -12,8 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/heraldhq/herald/migrations"
+	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
+	"github.com/heraldhq/herald/migrations/mysqltest"
+	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/metrics"
+	"github.com/heraldhq/herald/sinks"
 )
 
 func scrape(t *testing.T, reg *prometheus.Registry) string {
@@ -102,4 +108,92 @@ func TestRefreshBacklog(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
+}
+
+// A relay on MySQL reports InnoDB's history list length at its first look
+// at the tables (through Observers, which passes it on): it is held above
+// zero here by a snapshot kept open across committed changes, as a long
+// transaction elsewhere holds purge back.
+func TestHistoryLengthFromMySQLRelay(t *testing.T) {
+	t.Parallel()
+	db, url := mysqltest.Database(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mig, err := mysqlmigrations.NewMigrator(db, migrations.Tables{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mig.Up(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	tables, err := mysqlmigrations.NewTables(migrations.Tables{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snapshot.Rollback()
+	var n int
+	if err := snapshot.QueryRowContext(ctx, "SELECT count(*) FROM "+tables.Lanes()).Scan(&n); err != nil {
+		t.Fatal(err) // the first read opens the read view
+	}
+	for _, owner := range []any{"x", nil, "x", nil} {
+		if _, err := db.ExecContext(ctx, "UPDATE "+tables.Lanes()+" SET owner = ? WHERE lane = 0", owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	m, reg := newMetrics(t)
+	rdb, err := relay.OpenMySQL(url, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	rl, err := relay.NewMySQL(rdb, relay.Config{
+		Owner:    "metrics-test",
+		Workers:  1,
+		Routes:   []relay.Route{{Topics: []string{"*"}, Targets: []relay.Target{{Sink: sinks.NewDiscard("d")}}}},
+		Observer: relay.Observers(m, relay.NopObserver{}),
+		Logger:   slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rl.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for {
+		if v := gaugeValue(t, reg, "herald_mysql_history_list_length"); v >= 1 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("herald_mysql_history_list_length never rose above 0:\n%s", scrape(t, reg))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// gaugeValue is the value of the unlabelled gauge name in reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }

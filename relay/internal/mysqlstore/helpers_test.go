@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 	"github.com/heraldhq/herald/migrations/mysqltest"
@@ -46,6 +49,25 @@ func (b *bundle) relayDB(t testing.TB) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db.SetMaxOpenConns(4)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// embedderDB opens a pool as an embedder might: Configure's settings, the
+// server's isolation level (REPEATABLE READ by default).
+func (b *bundle) embedderDB(t testing.TB) *sql.DB {
+	t.Helper()
+	cfg, err := mysqlurl.Config(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Configure(cfg)
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
 	db.SetMaxOpenConns(4)
 	t.Cleanup(func() { db.Close() })
 	return db

@@ -11,6 +11,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +44,9 @@ type Store struct {
 	tables mysqlmigrations.Tables
 	sql    statements
 	cfg    Config
+	// txOptions begin the store's transactions: READ COMMITTED, unless
+	// every connection of db runs at that level already (opened by Open).
+	txOptions *sql.TxOptions
 	// analyzedRows is the rows each table had when MaintainTables last
 	// analyzed it (its own; other relays analyze on their own count).
 	analyzedMu   sync.Mutex
@@ -59,7 +63,7 @@ func New(db *sql.DB, t mysqlmigrations.Tables, cfg Config) *Store {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Store{db: db, tables: t, sql: newStatements(t), cfg: cfg, analyzedRows: map[string]int64{}}
+	return &Store{db: db, tables: t, sql: newStatements(t), cfg: cfg, txOptions: txOptionsFor(db), analyzedRows: map[string]int64{}}
 }
 
 // Configure sets the driver settings a relay's connections need, unless
@@ -83,8 +87,9 @@ func Configure(cfg *mysql.Config) {
 	}
 }
 
-// Open returns a *sql.DB on a mysql:// URL with Configure's settings
-// (connections are opened lazily). Errors never quote the URL.
+// Open returns a *sql.DB on a mysql:// URL with Configure's settings, whose
+// connections run at READ COMMITTED (connections are opened lazily).
+// Errors never quote the URL.
 func Open(url string) (*sql.DB, error) {
 	cfg, err := mysqlurl.Config(url)
 	if err != nil {
@@ -95,8 +100,41 @@ func Open(url string) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sql.OpenDB(conn), nil
+	return sql.OpenDB(readCommitted{conn}), nil
 }
+
+// readCommitted opens connections whose transactions run at READ COMMITTED
+// by default: a transaction of the store begins with START TRANSACTION
+// alone, where the driver sends SET TRANSACTION ISOLATION LEVEL before it
+// for a level given in sql.TxOptions, one round trip more per transaction
+// (a record is a few). The session variable's name differs between MySQL
+// 8 (transaction_isolation) and MariaDB 10.11 (tx_isolation), so it is set
+// by a statement both accept rather than by a URL parameter.
+type readCommitted struct{ driver.Connector }
+
+func (c readCommitted) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ex, ok := conn.(driver.ExecerContext)
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("setting a connection's isolation level: the driver's %T cannot execute", conn)
+	}
+	if _, err := ex.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", nil); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("setting a connection's isolation level to READ COMMITTED: %w", err)
+	}
+	return conn, nil
+}
+
+// Driver returns the driver marked, so that New knows db's connections run
+// at READ COMMITTED.
+func (c readCommitted) Driver() driver.Driver { return readCommittedDriver{c.Connector.Driver()} }
+
+// readCommittedDriver marks a *sql.DB opened by Open.
+type readCommittedDriver struct{ driver.Driver }
 
 // CheckSchema implements store.Store.
 func (s *Store) CheckSchema(ctx context.Context) error {

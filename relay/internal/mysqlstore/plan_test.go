@@ -67,3 +67,59 @@ func TestClaimWalksTheClaimIndex(t *testing.T) {
 		t.Logf("plan:\n%s", strings.Join(plan, "\n"))
 	}
 }
+
+// A record locks its batch's rows on the primary key's range: a batch of
+// 1,000 seqs is not turned into a join with a sorted temporary table
+// (keepsInList), on a table of 2,000 rows with InnoDB's statistics.
+func TestLockRowsKeepsThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	evs := make([]ev, 2000)
+	for i := range evs {
+		evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%100)}
+	}
+	b.insert(t, evs...)
+	if _, err := b.db.Exec("ANALYZE TABLE " + b.tables.Outbox()); err != nil {
+		t.Fatal(err)
+	}
+	r := b.relay(t, "r1")
+	var first int64
+	if err := r.db.QueryRowContext(ctx, "SELECT min(seq) FROM "+b.tables.Outbox()).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	args := make([]any, 0, 1003)
+	for i := range int64(1000) {
+		args = append(args, first+i)
+	}
+	args = append(args, lanes(^uint64(0))...)
+	stmt := strings.TrimPrefix(inList(r.sql.lockRows, 1000), keepsInList)
+	rows, err := r.db.QueryContext(ctx, keepsInList+"EXPLAIN "+stmt, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var plan []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		row := map[string]string{}
+		for i, c := range cols {
+			row[c] = vals[i].String
+		}
+		plan = append(plan, fmt.Sprint(row))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 1 || !strings.Contains(plan[0], "key:PRIMARY") || !strings.Contains(plan[0], "type:range") {
+		t.Errorf("lockRows of 1,000 seqs is not one range on the primary key:\n%s", strings.Join(plan, "\n"))
+	}
+}

@@ -12,19 +12,26 @@ import (
 
 // Record implements store.Store: one READ COMMITTED transaction, retried on
 // a deadlock or a lock wait timeout. It share-locks the lanes owner holds
-// (the fence: every write is limited to them), then locks the batch's
-// outbox rows with SKIP LOCKED: a row another transaction holds is left in
-// place rather than waited for, and on a fan-out the other rows of its key
-// stay too (recorded now, they would go before it on the sinks where it
-// failed). The rows left are returned.
+// (the fence: every write is limited to them). The happy path then deletes
+// the batch's rows of those lanes at once, as PostgreSQL's does: a row
+// another transaction holds (an operator's UPDATE left open) is waited for
+// up to the lock wait timeout. After a timeout, and on every other path, the
+// record first locks the batch's rows with SKIP LOCKED: a row another
+// transaction holds is left in place rather than waited for, and on a
+// fan-out the other rows of its key stay too (recorded now, they would go
+// before it on the sinks where it failed). The rows left are returned.
 func (s *Store) Record(ctx context.Context, owner string, o *store.Outcome, keepDone bool) (left []int64, err error) {
 	if o.Happy() && len(o.OutboxSeqs) == 0 {
 		return nil, nil
 	}
 	var removed int
+	skipLocked := !o.Happy()
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		removed, err = s.record(ctx, tx, owner, o, keepDone)
+		removed, err = s.record(ctx, tx, owner, o, keepDone, skipLocked)
+		if lockWaitTimeout(err) {
+			skipLocked = true // inTx runs it again: then around the row held
+		}
 		return err
 	})
 	if err != nil {
@@ -37,8 +44,11 @@ func (s *Store) Record(ctx context.Context, owner string, o *store.Outcome, keep
 	return nil, nil
 }
 
-// record writes o in tx and returns how many outbox rows it removed.
-func (s *Store) record(ctx context.Context, tx *sql.Tx, owner string, o *store.Outcome, keepDone bool) (int, error) {
+// record writes o in tx and returns how many outbox rows it removed; with
+// skipLocked it locks the outbox rows first (lockRows), else it removes
+// them directly (only on the happy path, which needs no row left behind
+// for its key's sake).
+func (s *Store) record(ctx context.Context, tx *sql.Tx, owner string, o *store.Outcome, keepDone, skipLocked bool) (int, error) {
 	mask, err := s.laneMask(ctx, tx, s.sql.lockLanes, owner)
 	if err != nil {
 		return 0, fmt.Errorf("locking the lanes of %s: %w", owner, err)
@@ -47,8 +57,8 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, owner string, o *store.O
 		return 0, nil // every lane taken over: the new owner records
 	}
 	fence := lanes(mask)
-	var remove []int64
-	if len(o.OutboxSeqs) > 0 {
+	remove := o.OutboxSeqs
+	if skipLocked && len(o.OutboxSeqs) > 0 {
 		if remove, err = s.lockRows(ctx, tx, fence, o); err != nil {
 			return 0, err
 		}
@@ -58,18 +68,26 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, owner string, o *store.O
 			return 0, fmt.Errorf("inserting deliveries of outbox rows: %w", err)
 		}
 	}
+	removed := 0
 	if len(remove) > 0 {
 		stmt := s.sql.deleteRows
 		if keepDone {
 			stmt = s.sql.markDone
 		}
-		args := make([]any, 0, len(remove)+1)
+		args := make([]any, 0, len(remove)+4)
 		for _, seq := range remove {
 			args = append(args, seq)
 		}
-		if _, err := tx.ExecContext(ctx, inList(stmt, len(remove)), append(args, len(remove))...); err != nil {
+		args = append(append(args, fence...), len(remove))
+		res, err := tx.ExecContext(ctx, inList(stmt, len(remove)), args...)
+		if err != nil {
 			return 0, fmt.Errorf("removing %d outbox rows: %w", len(remove), err)
 		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("removing %d outbox rows: %w", len(remove), err)
+		}
+		removed = int(n)
 	}
 	if o.FromRouting.Len() > 0 {
 		if err := s.execOutcomes(ctx, tx, s.sql.insertFromRouting, &o.FromRouting, nil, nil, fence); err != nil {
@@ -104,7 +122,7 @@ func (s *Store) record(ctx context.Context, tx *sql.Tx, owner string, o *store.O
 			return 0, fmt.Errorf("promoting the next deliveries of %d queues: %w", len(o.PromoteKeys), err)
 		}
 	}
-	return len(remove), nil
+	return removed, nil
 }
 
 // lockRows locks the batch's outbox rows of the lanes held, skipping those

@@ -40,7 +40,7 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	// While a record holds the old relay's lanes, they cannot be taken.
 	next := b.relay(t, "new-relay")
 	err = old.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := old.Store.record(ctx, tx, old.owner, &store.Outcome{OutboxSeqs: seqs[:1]}, false); err != nil {
+		if _, err := old.Store.record(ctx, tx, old.owner, &store.Outcome{OutboxSeqs: seqs[:1]}, false, false); err != nil {
 			return err
 		}
 		if held, _, err := next.takeLanes(ctx, time.Hour); err != nil || held != 0 {
@@ -75,6 +75,31 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 		t.Fatalf("%d deliveries written by a relay that lost their lanes", n)
 	}
 
+	// The happy path deletes without locking the rows first: its DELETE is
+	// fenced by itself. With key b's lane released, only c's row goes.
+	c := b.insert(t, ev{"t", "c"})[0]
+	lane := func(seq int64) (lane uint) {
+		if err := b.db.QueryRow("SELECT lane FROM "+b.tables.Outbox()+" WHERE seq = ?", seq).Scan(&lane); err != nil {
+			t.Fatal(err)
+		}
+		return lane
+	}
+	if lane(seqs[1]) == lane(c) {
+		t.Fatalf("keys b and c share lane %d: the check needs two lanes", lane(c))
+	}
+	if err := next.Store.ReleaseLanes(ctx, next.owner, 1<<lane(seqs[1])); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := next.record(ctx, &store.Outcome{OutboxSeqs: []int64{seqs[1], c}}); err != nil || !slices.Equal(left, seqs[1:2]) {
+		t.Fatalf("a happy record with a row on a lane released left %v (%v), want %v", left, err, seqs[1:2])
+	}
+	if n := b.count(t, fmt.Sprint("seq = ", c)); n != 0 {
+		t.Fatalf("c's row on a lane held is still there")
+	}
+	if held, _, err := next.takeLanes(ctx, time.Hour); err != nil || held != ^uint64(0) {
+		t.Fatalf("new relay holds %064b after taking its lane back: %v", held, err)
+	}
+
 	// The new owner's deliveries are its own too.
 	failed := &store.Outcome{OutboxSeqs: seqs[1:], OutboxKeys: []string{"b", ""}}
 	failed.FromOutbox.Add(seqs[1], "mem", store.Ready, false, 1, time.Now().Add(time.Hour), boom)
@@ -100,9 +125,10 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	}
 }
 
-// A record never waits on an outbox row another transaction holds locked
-// (an operator's UPDATE left open): it records without it and returns it
-// as left, and on a fan-out leaves the other rows of its key too.
+// A record does not wait past the lock wait timeout on an outbox row another
+// transaction holds locked (an operator's UPDATE left open): it records
+// without it and returns it as left, and on a fan-out (which skips it at
+// once) leaves the other rows of its key too.
 func TestRecordSkipsLockedRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -137,7 +163,8 @@ func TestRecordSkipsLockedRows(t *testing.T) {
 		t.Fatalf("%d deliveries, want b's alone", n)
 	}
 
-	// The happy path leaves only the held row.
+	// The happy path waits for the held row up to the lock wait timeout
+	// (a second, Configure), then leaves only it.
 	left, err = r.record(ctx, &store.Outcome{OutboxSeqs: seqs[:2]})
 	if err != nil || !slices.Equal(left, seqs[:1]) {
 		t.Fatalf("happy record left %v (%v), want %v", left, err, seqs[:1])

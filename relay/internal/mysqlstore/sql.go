@@ -17,6 +17,15 @@ func inMask(lane string) string {
 	return lane + ` BETWEEN ? AND ? AND (? >> ` + lane + `) & 1 = 1`
 }
 
+// keepsInList prefixes a SELECT whose IN list holds a batch of seqs: MariaDB
+// (10.3+) turns an IN list of in_predicate_conversion_threshold (1,000)
+// values or more into a join with a temporary table of them, sorted with a
+// filesort, which is slower than the primary key's range it replaces
+// (docs/benchmarks.md) and grows with the batch size. The executable
+// comment sets the threshold to 0 (never) for the statement on MariaDB;
+// MySQL reads it as a comment. UPDATE and DELETE are not converted.
+const keepsInList = `/*M!100300 SET STATEMENT in_predicate_conversion_threshold = 0 FOR */ `
+
 // outcomeTable reads a batch of deliveries' outcomes from one JSON
 // parameter (an array of objects, see outcomeRow), so that a statement's
 // text does not depend on the batch's size and no value is spliced into it.
@@ -162,14 +171,17 @@ ORDER BY q.sink_at, q.head_at, q.at`,
 		// The batch's rows of the lanes held that no other transaction
 		// holds locked (an operator's UPDATE left open): those are left in
 		// place rather than waited for. Parameters: lanes; seqs.
-		lockRows: `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND ` + inMask("lane") + `
+		lockRows: keepsInList + `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND ` + inMask("lane") + `
 ORDER BY seq FOR UPDATE SKIP LOCKED`,
-		// ORDER BY seq LIMIT keeps the primary key's range plan (see
-		// migrations/mysql/store.sql, delete_rows). Parameters: seqs, n.
-		deleteRows: `DELETE FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) ORDER BY seq LIMIT ?`,
-		markDone: `UPDATE ` + o + ` SET status = 'done', finished_at = ` + now + ` WHERE seq IN (` + seqsMarker + `)
+		// The batch's rows of the lanes held (the fence: the happy path
+		// does not lock them first). ORDER BY seq LIMIT keeps the primary
+		// key's range plan (see migrations/mysql/store.sql, delete_rows).
+		// Parameters: seqs, lanes, n.
+		deleteRows: `DELETE FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND ` + inMask("lane") + ` ORDER BY seq LIMIT ?`,
+		markDone: `UPDATE ` + o + ` SET status = 'done', finished_at = ` + now + `
+WHERE seq IN (` + seqsMarker + `) AND ` + inMask("lane") + `
 ORDER BY seq LIMIT ?`,
-		left: `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND status = 'pending'`,
+		left: keepsInList + `SELECT seq FROM ` + o + ` WHERE seq IN (` + seqsMarker + `) AND status = 'pending'`,
 		// Parameters: outcomes (JSON), lanes.
 		insertFromOutbox: insertFrom(o),
 		insertFromRouting: insertFrom(`(SELECT * FROM `+dl+` WHERE sink = '')`) +

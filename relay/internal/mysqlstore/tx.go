@@ -22,26 +22,41 @@ const (
 // ends it with a deadlock or a lock wait timeout.
 const retries = 5
 
-// inTx runs fn in a READ COMMITTED transaction and commits it, running it
-// again (after a short jittered pause) when InnoDB chose it as a deadlock's
-// victim (1213) or it waited too long for a row lock (1205): both roll the
-// transaction, or the statement, back, and the whole transaction is what
-// can be retried.
+// inTx runs fn in a READ COMMITTED transaction (the sessions' level on a
+// *sql.DB opened by Open, else set for each transaction) and commits it,
+// running it again (after a short jittered pause) when InnoDB chose it as
+// a deadlock's victim (1213) or it waited too long for a row lock (1205):
+// both roll the transaction, or the statement, back, and the whole
+// transaction is what can be retried.
 //
 // READ COMMITTED: at REPEATABLE READ, InnoDB's default, a locking read or a
 // DELETE reaching the end of the pending range locks the gap after the last
 // row, and an application's INSERT waits for the relay's transaction
 // (migrations/mysql, TestInsertWhileClaiming).
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return InTx(ctx, s.db, fn)
+	return inTx(ctx, s.db, s.txOptions, fn)
 }
 
 // InTx is Store.inTx on db, for the dead-letter operations
 // (relay/deadletter), whose writes follow the same rules as the relay's.
 func InTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	return inTx(ctx, db, txOptionsFor(db), fn)
+}
+
+// txOptionsFor returns the options that begin a READ COMMITTED
+// transaction on db: none when every connection of db runs at that level
+// already (opened by Open), which saves a round trip per transaction.
+func txOptionsFor(db *sql.DB) *sql.TxOptions {
+	if _, ok := db.Driver().(readCommittedDriver); ok {
+		return nil
+	}
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+}
+
+func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = tryTx(ctx, db, fn)
+		err = tryTx(ctx, db, opts, fn)
 		if attempt == retries || !retryable(err) {
 			return err
 		}
@@ -56,8 +71,8 @@ func InTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 	}
 }
 
-func tryTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+func tryTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -73,6 +88,13 @@ func tryTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 func retryable(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWaitTimeout)
+}
+
+// lockWaitTimeout reports whether err is a statement that waited too long
+// for a row lock (1205).
+func lockWaitTimeout(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == errLockWaitTimeout
 }
 
 // dataError marks err as the server refusing the data it was given (a

@@ -97,22 +97,34 @@ func TestUpkeep(t *testing.T) {
 }
 
 // Every relay transaction runs at READ COMMITTED, whatever the session's
-// level (InnoDB's default is REPEATABLE READ), as InnoDB reports it.
+// level (InnoDB's default is REPEATABLE READ): a second read sees a row
+// committed elsewhere after the first, which REPEATABLE READ's snapshot
+// hides. Both on a pool opened by Open and on one an embedder opened.
 func TestTransactionsAreReadCommitted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	r := b.relay(t, "r1")
-	var level string
-	err := r.inTx(ctx, func(tx *sql.Tx) error {
-		// InnoDB lists a transaction once it has read something.
-		if _, err := r.laneMask(ctx, tx, r.sql.lockLanes, "r1"); err != nil {
-			return err
+	for _, db := range []*sql.DB{b.relayDB(t), b.embedderDB(t)} {
+		r := &relayOn{Store: New(db, b.tables, Config{}), owner: "r1"}
+		count := func(q interface {
+			QueryRowContext(context.Context, string, ...any) *sql.Row
+		}) (n int) {
+			if err := q.QueryRowContext(ctx, "SELECT count(*) FROM "+b.tables.Outbox()).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
 		}
-		return tx.QueryRowContext(ctx, "SELECT trx_isolation_level FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = connection_id()").Scan(&level)
-	})
-	if err != nil || level != "READ COMMITTED" {
-		t.Fatalf("the relay's transaction runs at %q (%v)", level, err)
+		var before, after int
+		err := r.inTx(ctx, func(tx *sql.Tx) error {
+			before = count(tx) // at REPEATABLE READ, the snapshot of every later read
+			b.insert(t, ev{"t", "a"})
+			after = count(tx)
+			return nil
+		})
+		if err != nil || after != before+1 {
+			t.Fatalf("the relay's transaction read %d rows, then %d after a commit elsewhere (%v): not READ COMMITTED (pool opened by Open: %v)",
+				before, after, err, r.txOptions == nil)
+		}
 	}
 }
 
@@ -154,16 +166,19 @@ func TestTransactionsRetry(t *testing.T) {
 
 // An application's INSERT never waits on the relay: with a 1 s lock wait
 // timeout, it is made while a record of the outbox's last rows (the tail,
-// the gap after them) is open, after a claim to the end of the range.
+// the gap after them) is open, after a claim to the end of the range. The
+// store runs on a pool opened by Open (its sessions at READ COMMITTED) and
+// on one an embedder opened (the server's REPEATABLE READ: the store sets
+// READ COMMITTED for each transaction).
 func TestInsertNeverWaitsOnTheRelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	r := b.relay(t, "r1")
-	if _, _, err := r.takeLanes(ctx, time.Hour); err != nil {
+	opened := b.relay(t, "r1")
+	if _, _, err := opened.takeLanes(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	seqs := b.insert(t, ev{"t", "a"}, ev{"t", "b"}, ev{"t", "c"}, ev{"t", "a"})
+	embedded := &relayOn{Store: New(b.embedderDB(t), b.tables, Config{}), owner: "r1"}
 	app, err := b.db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -176,33 +191,39 @@ func TestInsertNeverWaitsOnTheRelay(t *testing.T) {
 		_, err := app.ExecContext(ctx, "INSERT INTO "+b.tables.Outbox()+" (topic, `key`, payload) VALUES ('orders', 'a', '{}')")
 		return err
 	}
-	if fresh, _, err := r.claim(ctx, 100); err != nil || len(fresh) != 4 {
-		t.Fatalf("claimed %d (%v)", len(fresh), err)
-	}
-	for _, o := range []*store.Outcome{
-		{OutboxSeqs: seqs[2:]},                                 // the happy path's delete at the tail
-		{OutboxSeqs: seqs[:2], OutboxKeys: []string{"a", "b"}}, // a fan-out
-	} {
-		if o.OutboxKeys != nil {
-			o.FromOutbox.Add(seqs[0], "s", store.Ready, false, 1, time.Time{}, boom)
-		}
-		var insertErr error
-		err := r.inTx(ctx, func(tx *sql.Tx) error {
-			if _, err := r.Store.record(ctx, tx, r.owner, o, false); err != nil {
-				return err
-			}
-			insertErr = insert() // the record's transaction is open
-			return nil
-		})
-		if err != nil {
+	for _, r := range []*relayOn{opened, embedded} {
+		if _, err := b.db.ExecContext(ctx, "DELETE FROM "+b.tables.Outbox()); err != nil {
 			t.Fatal(err)
 		}
-		if insertErr != nil {
-			t.Fatalf("the application's INSERT while a record was open: %v", insertErr)
+		seqs := b.insert(t, ev{"t", "a"}, ev{"t", "b"}, ev{"t", "c"}, ev{"t", "a"})
+		if fresh, _, err := r.claim(ctx, 100); err != nil || len(fresh) != 4 {
+			t.Fatalf("claimed %d (%v)", len(fresh), err)
 		}
-	}
-	if n := b.count(t, "true"); n != 2 {
-		t.Fatalf("%d rows after the records, want the 2 inserts", n)
+		for _, o := range []*store.Outcome{
+			{OutboxSeqs: seqs[2:]},                                 // the happy path's delete at the tail
+			{OutboxSeqs: seqs[:2], OutboxKeys: []string{"a", "b"}}, // a fan-out
+		} {
+			if o.OutboxKeys != nil {
+				o.FromOutbox.Add(seqs[0], "s", store.Ready, false, 1, time.Time{}, boom)
+			}
+			var insertErr error
+			err := r.inTx(ctx, func(tx *sql.Tx) error {
+				if _, err := r.Store.record(ctx, tx, r.owner, o, false, !o.Happy()); err != nil {
+					return err
+				}
+				insertErr = insert() // the record's transaction is open
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if insertErr != nil {
+				t.Fatalf("the application's INSERT while a record was open (pool opened by Open: %v): %v", r == opened, insertErr)
+			}
+		}
+		if n := b.count(t, "true"); n != 2 {
+			t.Fatalf("%d rows after the records, want the 2 inserts", n)
+		}
 	}
 }
 
