@@ -16,9 +16,8 @@ var (
 	durationFlag = flag.Duration("chaos.duration", 0, "inject faults for this long instead of each test's fixed number of faults (default: CHAOS_DURATION)")
 )
 
-// relayBin is the relay binary and mysqlRelayBin the relay process on
-// MySQL (internal/chaos/mysqlrelay), built once in TestMain.
-var relayBin, mysqlRelayBin string
+// relayBin is the relay binary, built once in TestMain.
+var relayBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -27,12 +26,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	relayBin, mysqlRelayBin = filepath.Join(dir, "relay"), filepath.Join(dir, "mysqlrelay")
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/heraldhq/herald/cmd/relay", "github.com/heraldhq/herald/internal/chaos/mysqlrelay")
+	relayBin = filepath.Join(dir, "relay")
+	build := exec.Command("go", "build", "-o", relayBin, "github.com/heraldhq/herald/cmd/relay")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the relays:", err)
+		fmt.Fprintln(os.Stderr, "building the relay:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
