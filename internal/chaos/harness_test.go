@@ -96,6 +96,13 @@ func (rc *receiver) currentMode() webhookMode {
 	return rc.mode
 }
 
+// accepted returns how many events the receiver has accepted so far.
+func (rc *receiver) accepted() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.got)
+}
+
 func (rc *receiver) deliveries() []delivered {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()

@@ -19,8 +19,23 @@ var (
 // relayBin is the relay binary, built once in TestMain.
 var relayBin string
 
+// testParallel is how many of the package's parallel tests run at once
+// unless -test.parallel says otherwise: every chaos test, each on servers of
+// its own. They wait on their relays, sinks and servers more than they
+// compute; at the default, GOMAXPROCS, a 2-core machine would run them two
+// at a time and the longest after the others.
+const testParallel = 4
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(testParallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	dir, err := os.MkdirTemp("", "herald-chaos-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
