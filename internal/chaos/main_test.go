@@ -1,12 +1,14 @@
 package chaos
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -16,8 +18,13 @@ var (
 	durationFlag = flag.Duration("chaos.duration", 0, "inject faults for this long instead of each test's fixed number of faults (default: CHAOS_DURATION)")
 )
 
-// relayBin is the relay binary, built once in TestMain.
-var relayBin string
+// relayBin is the relay binary, built once: TestMain starts the build and
+// the tests that run it wait for it (waitRelayBin), so that their servers
+// start meanwhile.
+var (
+	relayBin   string
+	relayBuild func() error
+)
 
 // testParallel is how many of the package's parallel tests run at once
 // unless -test.parallel says otherwise: every chaos test, each on servers of
@@ -43,15 +50,32 @@ func TestMain(m *testing.M) {
 	}
 	relayBin = filepath.Join(dir, "relay")
 	build := exec.Command("go", "build", "-o", relayBin, "github.com/heraldhq/herald/cmd/relay")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
+	var out bytes.Buffer
+	build.Stdout, build.Stderr = &out, &out
+	if err := build.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the relay:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	relayBuild = sync.OnceValue(func() error {
+		if err := build.Wait(); err != nil {
+			return fmt.Errorf("building the relay: %v\n%s", err, out.Bytes())
+		}
+		return nil
+	})
 	code := m.Run()
+	_ = relayBuild() // the build ends before its directory is removed
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// waitRelayBin waits until relayBin is built, and fails the test if it
+// could not be.
+func waitRelayBin(t *testing.T) {
+	t.Helper()
+	if err := relayBuild(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // chaosSeed returns the seed of a test's fault schedule: the flag, else
