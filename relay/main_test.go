@@ -10,9 +10,9 @@ import (
 
 // testParallel is how many of the package's parallel tests run at once
 // unless -test.parallel says otherwise. The tests spend their time waiting
-// on the database, on polls and on leases, not on the CPU (about a tenth of
-// their wall time on a 2-core machine under -race): at the default,
-// GOMAXPROCS, a 2-core machine would run them two at a time, mostly idle.
+// on the database, on polls and on leases, not on the CPU (docs/benchmarks.md,
+// Test time): at the default, GOMAXPROCS, a 2-core machine would run them
+// two at a time, mostly idle.
 // Each test has its own schema or database and a pool of at most 8
 // connections, so this many stay well within a server's max_connections.
 const testParallel = 6
