@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -29,7 +30,7 @@ type testBundle struct {
 	tables migrations.Tables
 	rec    *recorder
 	// pool is set on PostgreSQL only, for the tests that are PostgreSQL's
-	// alone (LISTEN/NOTIFY, vacuum, triggers, relay/deadletter).
+	// alone (LISTEN/NOTIFY, vacuum, triggers).
 	pool *pgxpool.Pool
 }
 
@@ -57,6 +58,9 @@ type testDB interface {
 	// session returns the session of a relay named owner, as a worker has
 	// it (with the empty configuration), for tests that drive its steps.
 	session(t testing.TB, owner string) *session
+	// deadLetters returns the operators' dead-letter store on the test's
+	// tables, as `relay dlq` opens it.
+	deadLetters(t testing.TB) *deadletter.Store
 }
 
 // tableNames are the quoted names of the test's tables.

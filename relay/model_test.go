@@ -41,8 +41,10 @@ var modelSeeds = []uint64{1, 2, 3, 4}
 //	go test ./relay -run TestModel -model.seed 7     # one seed
 //	go test ./relay -run TestModel -model.runs 200   # a soak over random seeds
 //
-// PostgreSQL only: its faults go through a TCP proxy of pgx connections, and
-// it replays and purges through relay/deadletter.
+// PostgreSQL only: its relays are killed by a TCP proxy in front of a pgx
+// pool (proxy_test.go), which has no MySQL counterpart yet; its replays
+// and purges are the dead-letter store's, which the replay and purge tests
+// in failure_test.go run on both stores.
 func TestModel(t *testing.T) {
 	t.Parallel()
 	seeds := modelSeeds

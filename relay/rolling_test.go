@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ func TestRollingRouteChange(t *testing.T) {
 	// each one's insert time (available_at's default).
 	stopProducing, produced := make(chan struct{}), make(chan error, 1)
 	written := map[string]time.Time{}
+	var inserts atomic.Int64
 	go func() {
 		for i := 0; ; i++ {
 			select {
@@ -60,6 +62,7 @@ func TestRollingRouteChange(t *testing.T) {
 				return
 			}
 			written[id] = at
+			inserts.Add(1)
 		}
 	}()
 	waitFor(t, 20*time.Second, "the old relay delivering", func() bool { return len(oldRec.all()) >= 50 })
@@ -87,6 +90,11 @@ func TestRollingRouteChange(t *testing.T) {
 		}
 		return held == 0 && !old.Superseded().IsZero()
 	})
+	// At least 50 events written after the announcement (one insert may
+	// have been under way when the test saw it), however slowly a loaded
+	// machine lets the producer write.
+	since := inserts.Load()
+	waitFor(t, 20*time.Second, "50 events written after the announcement", func() bool { return inserts.Load() >= since+51 })
 	waitFor(t, 20*time.Second, "the new relay delivering to b", func() bool { return len(newRec.forSink("b")) >= 50 })
 	close(stopProducing)
 	if err := <-produced; err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 	"github.com/heraldhq/herald/migrations/mysqltest"
+	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/internal/mysqlstore"
 	"github.com/heraldhq/herald/sinks"
 )
@@ -168,6 +169,17 @@ func (d mysqlDB) newRelay(t testing.TB, cfg Config) (*Relay, error) {
 
 func (d mysqlDB) session(t testing.TB, owner string) *session {
 	return &session{store: mysqlstore.New(d.db, d.tables, mysqlstore.Config{Logger: testLogger(t)}), owner: owner}
+}
+
+// deadLetters shares the test's pool, opened as a relay's (OpenMySQL), which
+// is what the store's statements need.
+func (d mysqlDB) deadLetters(t testing.TB) *deadletter.Store {
+	t.Helper()
+	store, err := deadletter.NewMySQL(d.db, migrations.Tables{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
 }
 
 // BenchmarkMySQLDrain is BenchmarkDrain on MariaDB: b.N events committed up

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/internal/pgstore"
 )
 
@@ -118,6 +119,15 @@ func (d pgDB) newRelay(_ testing.TB, cfg Config) (*Relay, error) { return New(d.
 
 func (d pgDB) session(_ testing.TB, owner string) *session {
 	return &session{store: pgstore.New(d.pool, d.tables), owner: owner}
+}
+
+func (d pgDB) deadLetters(t testing.TB) *deadletter.Store {
+	t.Helper()
+	store, err := deadletter.New(d.pool, d.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
 }
 
 // autovacuumOff turns autovacuum off on the test's tables: only the relay

@@ -10,10 +10,10 @@
 // (initdb into a temporary directory, on a free port) or, for
 // TestChaosMariaDB, a MariaDB server (mariadb-install-db and mariadbd, the
 // same way), and an in-process NATS server, so its restarts disturb no
-// other test. On MariaDB the relays are internal/chaos/mysqlrelay, the
-// engine on relay.NewMySQL with a `relay run` configuration file. The default run, part of the README's
-// test command and so of CI, injects a fixed number of faults from a fixed
-// seed per test, printed at the start. Longer runs explore other schedules:
+// other test. The relays are the relay binary (`relay run`) on either
+// database. The default run, part of the README's test command and so of
+// CI, injects a fixed number of faults from a fixed seed per test, printed
+// at the start. Longer runs explore other schedules:
 //
 //	CHAOS_SEED=random CHAOS_DURATION=10m go test -v ./internal/chaos/
 //

@@ -96,6 +96,13 @@ func (rc *receiver) currentMode() webhookMode {
 	return rc.mode
 }
 
+// accepted returns how many events the receiver has accepted so far.
+func (rc *receiver) accepted() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.got)
+}
+
 func (rc *receiver) deliveries() []delivered {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -413,9 +420,11 @@ routes:
 	return path
 }
 
-// migrate applies the schema with the relay binary.
+// migrate applies the schema with the relay binary, the first use of it
+// in a chaos run.
 func migrate(t *testing.T, dbURL string) {
 	t.Helper()
+	waitRelayBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, relayBin, "migrate", "up", "--database-url", dbURL)

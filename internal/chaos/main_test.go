@@ -1,12 +1,14 @@
 package chaos
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -16,29 +18,64 @@ var (
 	durationFlag = flag.Duration("chaos.duration", 0, "inject faults for this long instead of each test's fixed number of faults (default: CHAOS_DURATION)")
 )
 
-// relayBin is the relay binary and mysqlRelayBin the relay process on
-// MySQL (internal/chaos/mysqlrelay), built once in TestMain.
-var relayBin, mysqlRelayBin string
+// relayBin is the relay binary, built once: TestMain starts the build and
+// the tests that run it wait for it (waitRelayBin), so that their servers
+// start meanwhile.
+var (
+	relayBin   string
+	relayBuild func() error
+)
+
+// testParallel is how many of the package's parallel tests run at once
+// unless -test.parallel says otherwise: every chaos test, each on servers of
+// its own. They wait on their relays, sinks and servers more than they
+// compute; at the default, GOMAXPROCS, a 2-core machine would run them two
+// at a time and the longest after the others.
+const testParallel = 4
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(testParallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	dir, err := os.MkdirTemp("", "herald-chaos-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	relayBin, mysqlRelayBin = filepath.Join(dir, "relay"), filepath.Join(dir, "mysqlrelay")
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/heraldhq/herald/cmd/relay", "github.com/heraldhq/herald/internal/chaos/mysqlrelay")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the relays:", err)
+	relayBin = filepath.Join(dir, "relay")
+	build := exec.Command("go", "build", "-o", relayBin, "github.com/heraldhq/herald/cmd/relay")
+	var out bytes.Buffer
+	build.Stdout, build.Stderr = &out, &out
+	if err := build.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the relay:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	relayBuild = sync.OnceValue(func() error {
+		if err := build.Wait(); err != nil {
+			return fmt.Errorf("building the relay: %v\n%s", err, out.Bytes())
+		}
+		return nil
+	})
 	code := m.Run()
+	_ = relayBuild() // the build ends before its directory is removed
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// waitRelayBin waits until relayBin is built, and fails the test if it
+// could not be.
+func waitRelayBin(t *testing.T) {
+	t.Helper()
+	if err := relayBuild(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // chaosSeed returns the seed of a test's fault schedule: the flag, else

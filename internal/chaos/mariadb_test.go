@@ -192,7 +192,7 @@ func (m *mariadb) open(t *testing.T, name string) *sql.DB {
 func (m *mariadb) dialect() outbox.Dialect { return outbox.MySQL }
 
 func (m *mariadb) relayCommand(config string) *exec.Cmd {
-	return exec.Command(mysqlRelayBin, "--config", config)
+	return exec.Command(relayBin, "run", "--config", config)
 }
 
 func (m *mariadb) idText(col string) string { return col }
