@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	relayBin = filepath.Join(dir, "relay")
-	build := exec.Command("go", "build", "-o", relayBin, "github.com/heraldhq/herald/cmd/relay")
+	build := exec.Command("go", "build", "-trimpath", "-o", relayBin, "github.com/heraldhq/herald/cmd/relay")
 	var out bytes.Buffer
 	build.Stdout, build.Stderr = &out, &out
 	if err := build.Start(); err != nil {
