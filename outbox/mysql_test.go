@@ -20,7 +20,7 @@ import (
 // MySQL Writer for it.
 func mysqlSetup(t *testing.T) (*sql.DB, *outbox.Writer) {
 	t.Helper()
-	db, _ := mysqltest.Migrated(t)
+	db, _, _ := mysqltest.Migrated(t)
 	w, err := outbox.NewWriter(outbox.Config{Dialect: outbox.MySQL})
 	if err != nil {
 		t.Fatal(err)

@@ -33,18 +33,7 @@ type mysqlDB struct {
 // with Herald's tables under their default names.
 func setupMySQL(t testing.TB) *testBundle {
 	t.Helper()
-	admin, url := mysqltest.Database(t)
-	m, err := mysqlmigrations.NewMigrator(admin, migrations.Tables{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(context.Background(), 0); err != nil {
-		t.Fatalf("migrating the test database: %v", err)
-	}
-	tables, err := mysqlmigrations.NewTables(migrations.Tables{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, url, tables := mysqltest.Migrated(t)
 	db, err := OpenMySQL(url, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -167,7 +167,7 @@ func TestInsertWhileClaiming(t *testing.T) {
 			t.Run(c.name+"/"+level.String(), func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
-				db, _ := mysqltest.Migrated(t)
+				db, _, _ := mysqltest.Migrated(t)
 				fill(t, db, 50)
 				if _, err := db.Exec("UPDATE outbox_lanes SET owner = 'relay-a', lease_until = utc_timestamp(6) + INTERVAL 1 HOUR"); err != nil {
 					t.Fatal(err)
@@ -269,7 +269,7 @@ func explain(t *testing.T, db *sql.DB, stmt string, args ...any) []map[string]st
 func TestDeletePlanKeepsThePrimaryKey(t *testing.T) {
 	t.Parallel()
 	stmts := storeSQL(t)
-	db, _ := mysqltest.Migrated(t)
+	db, _, _ := mysqltest.Migrated(t)
 	fill(t, db, 3000)
 	if _, err := db.Exec("ANALYZE TABLE outbox"); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // time zone, its lane, its payload size, no headers, pending.
 func TestPlainInsertTakesDefaults(t *testing.T) {
 	t.Parallel()
-	db, _ := mysqltest.Migrated(t)
+	db, _, _ := mysqltest.Migrated(t)
 	conn, err := db.Conn(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestPlainInsertTakesDefaults(t *testing.T) {
 // makes, and those MySQL needs besides (UTF-8 keys, zero dates).
 func TestTableRefusesWhatTheRelayCannotCarry(t *testing.T) {
 	t.Parallel()
-	db, _ := mysqltest.Migrated(t)
+	db, _, _ := mysqltest.Migrated(t)
 	conn, err := db.Conn(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestTableRefusesWhatTheRelayCannotCarry(t *testing.T) {
 // deliveries and of dead letters that do not stop their key.
 func TestOneHeadPerQueue(t *testing.T) {
 	t.Parallel()
-	db, _ := mysqltest.Migrated(t)
+	db, _, _ := mysqltest.Migrated(t)
 	insert := func(seq int, sink, state string, stops bool) error {
 		var next, dead any
 		switch state {

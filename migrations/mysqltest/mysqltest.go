@@ -124,10 +124,10 @@ func Database(t testing.TB) (*sql.DB, string) {
 }
 
 // Migrated is Database with Herald's tables (the default names) migrated
-// into it.
-func Migrated(t testing.TB) (*sql.DB, mysqlmigrations.Tables) {
+// into it: the pool, the database's URL and the tables.
+func Migrated(t testing.TB) (*sql.DB, string, mysqlmigrations.Tables) {
 	t.Helper()
-	db, _ := Database(t)
+	db, url := Database(t)
 	m, err := mysqlmigrations.NewMigrator(db, migrations.Tables{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func Migrated(t testing.TB) (*sql.DB, mysqlmigrations.Tables) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return db, tables
+	return db, url, tables
 }
 
 // UniqueName returns prefix followed by random hex, safe as a name.

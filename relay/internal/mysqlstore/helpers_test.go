@@ -11,7 +11,6 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/heraldhq/herald/internal/mysqlurl"
-	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/relay/internal/store"
@@ -27,18 +26,7 @@ type bundle struct {
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	db, url := mysqltest.Database(t)
-	m, err := mysqlmigrations.NewMigrator(db, migrations.Tables{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(context.Background(), 0); err != nil {
-		t.Fatalf("migrating the test database: %v", err)
-	}
-	tables, err := mysqlmigrations.NewTables(migrations.Tables{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, url, tables := mysqltest.Migrated(t)
 	return &bundle{db: db, url: url, tables: tables}
 }
 
