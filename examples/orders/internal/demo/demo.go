@@ -106,7 +106,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Brokers adds sinks of the other types (BrokerSinks: redis, rabbitmq,
 	// mqtt, pubsub, sqs, sns), routed orders.* like NATS and the webhook.
-	// Defaults to none: the demo then needs only PostgreSQL.
+	// Defaults to none: the demo then needs only its database.
 	Brokers []string
 	// RedisURL, RabbitMQURL and MQTTURL are the servers of Brokers.
 	// Default to DefaultRedisURL, DefaultRabbitMQURL and DefaultMQTTURL.
