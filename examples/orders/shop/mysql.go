@@ -89,13 +89,16 @@ type mysqlStore struct {
 func (m *mysqlStore) inTx(ctx context.Context, fn func(storeTx) error) error {
 	tx, err := m.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("beginning: %w", err)
 	}
 	defer tx.Rollback()
 	if err := fn(mysqlTx{m, tx}); err != nil {
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
 }
 
 func (m *mysqlStore) get(ctx context.Context, id uuid.UUID) (*Order, error) {

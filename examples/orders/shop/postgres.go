@@ -36,13 +36,16 @@ type pgStore struct {
 func (p *pgStore) inTx(ctx context.Context, fn func(storeTx) error) error {
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("beginning: %w", err)
 	}
 	defer tx.Rollback(ctx)
 	if err := fn(pgTx{p, tx}); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
 }
 
 func (p *pgStore) get(ctx context.Context, id uuid.UUID) (*Order, error) {
