@@ -1,6 +1,9 @@
 // Command orders is the order service of Herald's orders example. It serves
 // the shop package's HTTP API, writing orders and their events in one
-// transaction; a relay configured with relay.yaml publishes the events.
+// transaction; a relay configured with relay.yaml publishes the events. It
+// runs on PostgreSQL or, given a mysql:// database URL
+// (mysql://root@127.0.0.1:3306/test), on MySQL 8 or MariaDB 10.6+, where
+// the schemas below are databases ("public" meaning the URL's).
 //
 //	orders                 serve (settings from flags or the environment)
 //	orders healthcheck     exit 0 when the service on -listen answers /healthz
@@ -38,7 +41,9 @@ import (
 
 	"github.com/heraldhq/herald/examples/orders/healthz"
 	"github.com/heraldhq/herald/examples/orders/shop"
+	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
+	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 	"github.com/heraldhq/herald/outbox"
 )
 
@@ -72,7 +77,7 @@ func parseSettings(args []string, env func(string) (string, bool), stderr io.Wri
 	s := &settings{}
 	fs := flag.NewFlagSet("orders", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&s.databaseURL, "database-url", get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL connection string")
+	fs.StringVar(&s.databaseURL, "database-url", get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL connection string, or mysql://user:password@host:3306/database")
 	fs.StringVar(&s.listen, "listen", get("LISTEN_ADDR", ":8080"), "HTTP listen address")
 	fs.StringVar(&s.schema, "schema", get("ORDERS_SCHEMA", shop.DefaultSchema), "schema of the orders table")
 	fs.StringVar(&s.outboxSchema, "outbox-schema", get("HERALD_SCHEMA", "public"), "schema of the outbox table")
@@ -100,32 +105,21 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
-	pool, err := pgxpool.New(ctx, s.databaseURL)
+	cfg := shop.Config{Schema: s.schema, Logger: logger, EventHeaders: map[string]string{"x-service": "orders"}}
+	open := openPostgres
+	if mysqlurl.Is(s.databaseURL) {
+		open = openMySQL
+	}
+	svc, closeDB, err := open(ctx, s, cfg)
 	if err != nil {
-		return fmt.Errorf("-database-url: %w", err)
-	}
-	defer pool.Close()
-	tables := migrations.Tables{Schema: s.outboxSchema}.WithDefaults()
-	if err := waitForOutbox(ctx, pool, tables, logger); err != nil {
 		return err
 	}
-	if err := shop.Migrate(ctx, pool, s.schema); err != nil {
-		return err
-	}
+	defer closeDB()
 	if s.natsURL != "" {
 		if err := createStream(ctx, s.natsURL, s.natsStream, s.natsPrefix); err != nil {
 			return err
 		}
 		logger.InfoContext(ctx, "orders: stream ready", "stream", s.natsStream, "subjects", s.natsPrefix+".>")
-	}
-	w, err := outbox.NewWriter(outbox.Config{Tables: tables})
-	if err != nil {
-		return err
-	}
-	svc, err := shop.New(pool, shop.Config{Schema: s.schema, Outbox: w, Logger: logger,
-		EventHeaders: map[string]string{"x-service": "orders"}})
-	if err != nil {
-		return err
 	}
 
 	ln, err := net.Listen("tcp", s.listen)
@@ -153,23 +147,82 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	return nil
 }
 
+// openPostgres returns the service on PostgreSQL once the outbox is
+// migrated, having migrated the orders table, and a function closing its
+// pool.
+func openPostgres(ctx context.Context, s *settings, cfg shop.Config) (_ *shop.Service, closeDB func(), err error) {
+	pool, err := pgxpool.New(ctx, s.databaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-database-url: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			pool.Close()
+		}
+	}()
+	tables := migrations.Tables{Schema: s.outboxSchema}.WithDefaults()
+	check := func(ctx context.Context) error { return migrations.Check(ctx, pool, tables) }
+	if err := waitForOutbox(ctx, check, tables.Outbox(), cfg.Logger); err != nil {
+		return nil, nil, err
+	}
+	if err := shop.Migrate(ctx, pool, s.schema); err != nil {
+		return nil, nil, err
+	}
+	if cfg.Outbox, err = outbox.NewWriter(outbox.Config{Tables: tables}); err != nil {
+		return nil, nil, err
+	}
+	svc, err := shop.New(pool, cfg)
+	return svc, pool.Close, err
+}
+
+// openMySQL is openPostgres on MySQL or MariaDB.
+func openMySQL(ctx context.Context, s *settings, cfg shop.Config) (_ *shop.Service, closeDB func(), err error) {
+	db, err := mysqlurl.Open(s.databaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-database-url: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			db.Close()
+		}
+	}()
+	names := migrations.Tables{Schema: s.outboxSchema}.WithDefaults()
+	tables, err := mysqlmigrations.NewTables(names)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-outbox-schema: %w", err)
+	}
+	check := func(ctx context.Context) error { return mysqlmigrations.Check(ctx, db, names) }
+	if err := waitForOutbox(ctx, check, tables.Outbox(), cfg.Logger); err != nil {
+		return nil, nil, err
+	}
+	if err := shop.MigrateMySQL(ctx, db, s.schema); err != nil {
+		return nil, nil, err
+	}
+	if cfg.Outbox, err = outbox.NewWriter(outbox.Config{Dialect: outbox.MySQL, Tables: names}); err != nil {
+		return nil, nil, err
+	}
+	svc, err := shop.NewMySQL(db, cfg)
+	return svc, func() { db.Close() }, err
+}
+
 // waitForOutbox waits (up to a minute) for the database to answer with the
-// outbox migrated, which `relay migrate up` does, possibly at the same time.
-func waitForOutbox(ctx context.Context, pool *pgxpool.Pool, tables migrations.Tables, logger *slog.Logger) error {
+// outbox migrated, which `relay migrate up` does, possibly at the same time:
+// until check, the migrations package's Check, passes.
+func waitForOutbox(ctx context.Context, check func(context.Context) error, outboxName string, logger *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		err := migrations.Check(ctx, pool, tables)
+		err := check(ctx)
 		if err == nil {
 			return nil
 		}
 		if errors.Is(err, migrations.ErrSchemaTooNew) {
 			return err
 		}
-		logger.InfoContext(ctx, "orders: waiting for the outbox (run `relay migrate up`)", "tables", tables.Outbox(), "error", err)
+		logger.InfoContext(ctx, "orders: waiting for the outbox (run `relay migrate up`)", "tables", outboxName, "error", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for the outbox %s: %w", tables.Outbox(), err)
+			return fmt.Errorf("waiting for the outbox %s: %w", outboxName, err)
 		case <-time.After(time.Second):
 		}
 	}

@@ -11,6 +11,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/heraldhq/herald/examples/orders/shop"
+	"github.com/heraldhq/herald/migrations"
+	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
+	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/sinks/nats/natstest"
 )
@@ -96,5 +100,54 @@ func TestRunErrors(t *testing.T) {
 	ln.Close()
 	if err := run(context.Background(), []string{"-listen", addr, "healthcheck"}, none, io.Discard, nil); err == nil {
 		t.Fatal("healthcheck with nothing listening succeeded")
+	}
+}
+
+// TestServeOnMySQL serves the shop on MariaDB/MySQL (a mysql://
+// DATABASE_URL, the outbox migrated by Herald's MySQL migrator): an order
+// placed over HTTP commits with its event.
+func TestServeOnMySQL(t *testing.T) {
+	t.Parallel()
+	db, url := mysqltest.Database(t)
+	m, err := mysqlmigrations.NewMigrator(db, migrations.Tables{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DATABASE_URL": url}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-listen", "127.0.0.1:0"}, lookup, io.Discard, ready) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("service stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("service not ready after 30s")
+	}
+	client := &shop.Client{BaseURL: "http://" + addr}
+	o, err := client.Create(context.Background(), shop.NewOrder{
+		Customer: shop.Customer{Name: "Ada Lovelace", Email: "ada@example.com"},
+		Items:    []shop.Item{{Name: "Analytical engine", Qty: 1, Price: "1999.5"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var topic, key, headers string
+	if err := db.QueryRowContext(context.Background(), "SELECT topic, `key`, headers FROM outbox").Scan(&topic, &key, &headers); err != nil {
+		t.Fatal(err)
+	}
+	if topic != shop.TopicOrderCreated || key != o.ID || !strings.Contains(headers, `"x-service"`) {
+		t.Fatalf("outbox row: %s %s %s, want %s of order %s with x-service", topic, key, headers, shop.TopicOrderCreated, o.ID)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("service: %v", err)
 	}
 }

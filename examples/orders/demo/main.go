@@ -1,7 +1,8 @@
 // Command demo runs Herald's orders example end to end in one process,
-// needing only PostgreSQL:
+// needing only PostgreSQL, or MySQL/MariaDB:
 //
 //	go run ./examples/orders/demo            # 500 orders
+//	go run ./examples/orders/demo -database-url mysql://root@127.0.0.1:3306/test   # on MariaDB
 //	go run ./examples/orders/demo -short     # 100 orders and a 1s outage
 //	go run ./examples/orders/demo -json      # the summary as JSON
 //	go run ./examples/orders/demo -sinks redis,rabbitmq,mqtt   # also to servers running here
@@ -68,9 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 Runs Herald's orders example end to end in this process. Only PostgreSQL is
 needed: -database-url, else DATABASE_URL, else
 %s. When none answers and a Docker engine does,
-a throwaway PostgreSQL container is started. The demo works in its own
-schema (-schema, default %s), dropped before and after the run unless
--keep. -sinks adds sinks: Redis (REDIS_URL, else %s),
+a throwaway PostgreSQL container is started. A mysql:// URL
+(mysql://root@127.0.0.1:3306/test) runs it on MySQL or MariaDB instead.
+The demo works in its own schema (-schema, default %s; on MySQL a
+database), dropped before and after the run unless -keep. -sinks adds sinks: Redis (REDIS_URL, else %s),
 RabbitMQ (RABBITMQ_URL, else %s) and MQTT (MQTT_URL,
 else %s), whose servers must already run; pubsub, to
 Google's Pub/Sub fake run in this process; sqs and sns, to AWS_ENDPOINT_URL
@@ -81,8 +83,8 @@ Flags:
 `, demo.DefaultDatabaseURL, demo.DefaultSchema, demo.DefaultRedisURL, demo.DefaultRabbitMQURL, demo.DefaultMQTTURL)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL connection string (default: DATABASE_URL, else the local server)")
-	fs.StringVar(&opts.Schema, "schema", "", "schema the demo creates and drops; must start with "+demo.DefaultSchema+" (default "+demo.DefaultSchema+")")
+	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL connection string, or mysql://user:password@host:3306/database (default: DATABASE_URL, else the local PostgreSQL)")
+	fs.StringVar(&opts.Schema, "schema", "", "schema (on MySQL, database) the demo creates and drops; must start with "+demo.DefaultSchema+" (default "+demo.DefaultSchema+")")
 	fs.IntVar(&opts.Orders, "orders", 0, "orders to place and pay (default 500, 100 with -short)")
 	fs.Float64Var(&opts.Rate, "rate", 0, "orders per second (default 100; negative: as fast as possible)")
 	fs.DurationVar(&opts.Outage, "outage", 0, "how long the webhook answers 503 (default 3s, 1s with -short; 0 for none)")

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/examples/orders/internal/demo"
+	"github.com/heraldhq/herald/internal/mysqlurl"
+	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/migrations/pgtest"
 	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/sinks/mqtt/mqtttest"
@@ -123,6 +125,52 @@ func TestReadmeDemoCommand(t *testing.T) {
 	}
 }
 
+// TestReadmeDemoOnMySQL runs the README's demo command on MariaDB/MySQL
+// (--database-url mysql://...), small, and checks that the summary adds
+// up and that the demo's database is dropped at the end.
+func TestReadmeDemoOnMySQL(t *testing.T) {
+	t.Parallel()
+	url := mysqltest.URL(t)
+	schema := mysqltest.UniqueName(demo.DefaultSchema)
+	stdout, stderr, code := runDemo(t, nil,
+		"--short", "--orders", "20", "--json", "--database-url", url, "--schema", schema)
+	if code != 0 {
+		t.Fatalf("go run ./examples/orders/demo --short --orders 20 --json --database-url %s: exit %d\nstdout:\n%s\nstderr:\n%s", url, code, stdout, stderr)
+	}
+	var s demo.Summary
+	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+		t.Fatalf("summary is not JSON: %v\n%s", err, stdout)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatalf("summary does not add up: %v\n%s", err, stdout)
+	}
+	routed := map[string]int{"nats": 40, "webhook": 40, "email": 20}
+	for _, k := range s.Sinks {
+		if k.Published != routed[k.Name] || k.Routed != routed[k.Name] || k.Latency.P50 <= 0 {
+			t.Fatalf("sink %s: %+v", k.Name, k)
+		}
+	}
+	if s.OrdersPaid != 20 || s.DeadLettered != 1 || s.Replayed != 1 || s.Schema != schema {
+		t.Fatalf("summary: %s", stdout)
+	}
+	if !strings.Contains(stderr, "demo: MySQL mysql://") || !strings.Contains(stderr, "schema "+schema+" migrated") {
+		t.Fatalf("the demo did not say it migrated database %s on MySQL:\n%s", schema, stderr)
+	}
+	db, err := mysqlurl.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(context.Background(),
+		"SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("database %s left behind", schema)
+	}
+}
+
 // TestDemoBinaryErrors: no server answers and no Docker engine either, so
 // the demo says what to run and exits 1; so does a -sinks naming an
 // unknown sink or a server that does not answer; bad flags exit 2.
@@ -139,6 +187,10 @@ func TestDemoBinaryErrors(t *testing.T) {
 		"--short", "--database-url", "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
 	if code != 1 || !strings.Contains(stderr, "docker run -d --name herald-pg -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:17") {
 		t.Fatalf("no database: exit %d, stderr:\n%s", code, stderr)
+	}
+	stderr, code = run(nil, "--short", "--database-url", "mysql://root@127.0.0.1:1/none")
+	if code != 1 || !strings.Contains(stderr, "no MySQL or MariaDB answers at mysql://root@127.0.0.1:1/none") || !strings.Contains(stderr, "docker run -d --name herald-mariadb") {
+		t.Fatalf("no MySQL: exit %d, stderr:\n%s", code, stderr)
 	}
 	stderr, code = run(nil, "--schema", "public", "--database-url", "postgres://postgres@127.0.0.1:1/none")
 	if code != 1 || !strings.Contains(stderr, `must start with "herald_demo"`) {

@@ -63,7 +63,7 @@ func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if err := s.pool.Ping(r.Context()); err != nil {
+	if err := s.db.ping(r.Context()); err != nil {
 		s.log.WarnContext(r.Context(), "shop: health check: database unreachable", "error", err)
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{"database unreachable"})
 		return

@@ -20,8 +20,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/outbox"
 )
@@ -39,7 +37,9 @@ const (
 	StatusPaid    = "paid"
 )
 
-// DefaultSchema is the schema of the orders table when Config leaves it empty.
+// DefaultSchema is the schema of the orders table when Config leaves it
+// empty. On MySQL it means the database the connection opened, as it does
+// for Herald's tables.
 const DefaultSchema = "public"
 
 // Limits on what an order may hold.
@@ -67,10 +67,12 @@ func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
 
 // Config configures a Service.
 type Config struct {
-	// Schema holds the orders table (see Migrate). Defaults to "public".
+	// Schema holds the orders table (see Migrate and MigrateMySQL; on
+	// MySQL, a database). Defaults to "public".
 	Schema string
-	// Outbox enqueues the events, in the same database as the orders.
-	// Required.
+	// Outbox enqueues the events, in the same database as the orders: a
+	// PostgreSQL Writer for New, a MySQL one (Dialect outbox.MySQL) for
+	// NewMySQL. Required.
 	Outbox *outbox.Writer
 	// Currency is the currency of orders that name none. Defaults to "EUR".
 	Currency string
@@ -142,14 +144,46 @@ type storedItem struct {
 
 // Service places and pays orders.
 type Service struct {
-	pool   *pgxpool.Pool
-	cfg    Config
-	orders string // quoted, schema-qualified table
-	log    *slog.Logger
+	db  store
+	cfg Config
+	log *slog.Logger
 }
 
-// New returns a Service on pool. The orders table must exist (Migrate).
-func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
+// store is the service's database: the SQL of each database lives in its
+// own file (postgres.go, mysql.go), the business logic here.
+type store interface {
+	// inTx runs fn in a transaction and commits it when fn returns nil.
+	inTx(ctx context.Context, fn func(storeTx) error) error
+	// get reads one order; ErrNotFound when there is none.
+	get(ctx context.Context, id uuid.UUID) (*Order, error)
+	// ping checks that the database answers.
+	ping(ctx context.Context) error
+}
+
+// storeTx is a transaction of a store.
+type storeTx interface {
+	// insert stores a new order with status created and returns it.
+	insert(ctx context.Context, o newRow) (*Order, error)
+	// lockStatus locks the order's row and returns its status;
+	// ErrNotFound when there is none.
+	lockStatus(ctx context.Context, id uuid.UUID) (string, error)
+	// markPaid sets a locked order's status to paid and returns it.
+	markPaid(ctx context.Context, id uuid.UUID) (*Order, error)
+	// enqueue writes events to the outbox in this transaction.
+	enqueue(ctx context.Context, events []outbox.Event) ([]uuid.UUID, error)
+}
+
+// newRow is a validated order to insert.
+type newRow struct {
+	id         uuid.UUID
+	customer   Customer
+	items      []byte // JSON array of storedItem
+	totalCents int64
+	currency   string
+}
+
+// newService checks cfg and fills its defaults.
+func newService(db store, cfg Config) (*Service, error) {
 	if cfg.Outbox == nil {
 		return nil, errors.New("shop: Config.Outbox is required")
 	}
@@ -165,12 +199,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Service{
-		pool:   pool,
-		cfg:    cfg,
-		orders: pgx.Identifier{cfg.Schema, "orders"}.Sanitize(),
-		log:    cfg.Logger,
-	}, nil
+	return &Service{db: db, cfg: cfg, log: cfg.Logger}, nil
 }
 
 func validCurrency(c string) bool {
@@ -246,27 +275,29 @@ func (s *Service) Create(ctx context.Context, n NewOrder) (*Order, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding the items of order %s: %w", id, err)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("creating order %s: %w", id, err)
-	}
-	defer tx.Rollback(ctx)
-	o, err := s.scanOrder(tx.QueryRow(ctx, `INSERT INTO `+s.orders+`
-    (id, customer_name, customer_email, items, total_cents, currency)
-VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING `+orderColumns, id, n.Customer.Name, n.Customer.Email, itemsJSON, total, n.Currency))
-	if err != nil {
-		return nil, fmt.Errorf("creating order %s: %w", id, err)
-	}
-	created, err := s.event(TopicOrderCreated, o, orderPayload{
-		OrderID: o.ID, Customer: o.Customer, Items: o.Items, Total: o.Total, Currency: o.Currency, CreatedAt: &o.CreatedAt,
+	var (
+		o    *Order
+		refs []EventRef
+	)
+	err = s.db.inTx(ctx, func(tx storeTx) error {
+		var err error
+		o, err = tx.insert(ctx, newRow{id: id, customer: n.Customer, items: itemsJSON, totalCents: total, currency: n.Currency})
+		if err != nil {
+			return err
+		}
+		created, err := s.event(TopicOrderCreated, o, orderPayload{
+			OrderID: o.ID, Customer: o.Customer, Items: o.Items, Total: o.Total, Currency: o.Currency, CreatedAt: &o.CreatedAt,
+		})
+		if err != nil {
+			return err
+		}
+		refs, err = enqueue(ctx, tx, created)
+		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating order %s: %w", id, err)
 	}
-	if err := s.commit(ctx, tx, o.ID, created); err != nil {
-		return nil, fmt.Errorf("creating order %s: %w", o.ID, err)
-	}
+	s.committed(o.ID, refs)
 	return o, nil
 }
 
@@ -278,42 +309,44 @@ func (s *Service) Pay(ctx context.Context, id string) (*Order, error) {
 	if err != nil {
 		return nil, ErrNotFound
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("paying order %s: %w", oid, err)
-	}
-	defer tx.Rollback(ctx)
-	var status string
-	err = tx.QueryRow(ctx, `SELECT status FROM `+s.orders+` WHERE id = $1 FOR UPDATE`, oid).Scan(&status)
+	var (
+		o    *Order
+		refs []EventRef
+	)
+	err = s.db.inTx(ctx, func(tx storeTx) error {
+		status, err := tx.lockStatus(ctx, oid)
+		switch {
+		case err != nil:
+			return err
+		case status == StatusPaid:
+			return ErrAlreadyPaid
+		}
+		if o, err = tx.markPaid(ctx, oid); err != nil {
+			return err
+		}
+		paid, err := s.event(TopicOrderPaid, o, orderPayload{
+			OrderID: o.ID, Customer: o.Customer, Items: o.Items, Total: o.Total, Currency: o.Currency, PaidAt: o.PaidAt,
+		})
+		if err != nil {
+			return err
+		}
+		mailEvent, err := s.event(TopicEmailPaid, o, emailPayload{
+			Subject: fmt.Sprintf("Payment received for order %s", o.ID), Template: "order_paid",
+			OrderID: o.ID, Customer: o.Customer, Items: o.Items, Total: o.Total, Currency: o.Currency,
+		})
+		if err != nil {
+			return err
+		}
+		refs, err = enqueue(ctx, tx, paid, mailEvent)
+		return err
+	})
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, ErrNotFound
+	case errors.Is(err, ErrNotFound) || errors.Is(err, ErrAlreadyPaid):
+		return nil, err
 	case err != nil:
-		return nil, fmt.Errorf("paying order %s: locking it: %w", oid, err)
-	case status == StatusPaid:
-		return nil, ErrAlreadyPaid
-	}
-	o, err := s.scanOrder(tx.QueryRow(ctx, `UPDATE `+s.orders+` SET status = 'paid', paid_at = now()
-WHERE id = $1 RETURNING `+orderColumns, oid))
-	if err != nil {
 		return nil, fmt.Errorf("paying order %s: %w", oid, err)
 	}
-	paid, err := s.event(TopicOrderPaid, o, orderPayload{
-		OrderID: o.ID, Customer: o.Customer, Items: o.Items, Total: o.Total, Currency: o.Currency, PaidAt: o.PaidAt,
-	})
-	if err != nil {
-		return nil, err
-	}
-	mailEvent, err := s.event(TopicEmailPaid, o, emailPayload{
-		Subject: fmt.Sprintf("Payment received for order %s", o.ID), Template: "order_paid",
-		OrderID: o.ID, Customer: o.Customer, Items: o.Items, Total: o.Total, Currency: o.Currency,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := s.commit(ctx, tx, o.ID, paid, mailEvent); err != nil {
-		return nil, fmt.Errorf("paying order %s: %w", o.ID, err)
-	}
+	s.committed(o.ID, refs)
 	return o, nil
 }
 
@@ -323,9 +356,9 @@ func (s *Service) Get(ctx context.Context, id string) (*Order, error) {
 	if err != nil {
 		return nil, ErrNotFound
 	}
-	o, err := s.scanOrder(s.pool.QueryRow(ctx, `SELECT `+orderColumns+` FROM `+s.orders+` WHERE id = $1`, oid))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+	o, err := s.db.get(ctx, oid)
+	if errors.Is(err, ErrNotFound) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading order %s: %w", oid, err)
@@ -370,40 +403,49 @@ func (s *Service) event(topic string, o *Order, payload any) (outbox.Event, erro
 	return e, nil
 }
 
-// commit enqueues events in tx, commits, and tells OnCommit.
-func (s *Service) commit(ctx context.Context, tx pgx.Tx, orderID string, events ...outbox.Event) error {
-	ids, err := s.cfg.Outbox.Enqueue(ctx, tx, events...)
+// enqueue writes events in tx and names them for OnCommit.
+func enqueue(ctx context.Context, tx storeTx, events ...outbox.Event) ([]EventRef, error) {
+	ids, err := tx.enqueue(ctx, events)
 	if err != nil {
-		return fmt.Errorf("enqueueing events: %w", err)
+		return nil, fmt.Errorf("enqueueing events: %w", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("committing: %w", err)
+	refs := make([]EventRef, len(ids))
+	for i, id := range ids {
+		refs[i] = EventRef{ID: id, Topic: events[i].Topic}
 	}
-	if s.cfg.OnCommit != nil {
-		c := Commit{OrderID: orderID, At: time.Now(), Events: make([]EventRef, len(ids))}
-		for i, id := range ids {
-			c.Events[i] = EventRef{ID: id, Topic: events[i].Topic}
-		}
-		s.cfg.OnCommit(c)
-	}
-	return nil
+	return refs, nil
 }
 
-// orderColumns are the columns scanOrder reads, in order.
-const orderColumns = `id::text, customer_name, customer_email, items, total_cents, currency, status, created_at, paid_at`
+// committed tells OnCommit about a committed transaction.
+func (s *Service) committed(orderID string, events []EventRef) {
+	if s.cfg.OnCommit != nil {
+		s.cfg.OnCommit(Commit{OrderID: orderID, At: time.Now(), Events: events})
+	}
+}
 
-func (s *Service) scanOrder(row pgx.Row) (*Order, error) {
+// scanner is the Scan of a row, as pgx and database/sql both have it.
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+// scanOrder reads the columns each store's orderColumns name, in order,
+// the items as a JSON array of storedItem.
+func scanOrder(row scanner) (*Order, error) {
 	var (
 		o      Order
-		items  []storedItem
+		items  []byte
+		stored []storedItem
 		total  int64
 		paidAt *time.Time
 	)
 	if err := row.Scan(&o.ID, &o.Customer.Name, &o.Customer.Email, &items, &total, &o.Currency, &o.Status, &o.CreatedAt, &paidAt); err != nil {
 		return nil, err
 	}
-	o.Items = make([]Item, len(items))
-	for i, it := range items {
+	if err := json.Unmarshal(items, &stored); err != nil {
+		return nil, fmt.Errorf("decoding the items of order %s: %w", o.ID, err)
+	}
+	o.Items = make([]Item, len(stored))
+	for i, it := range stored {
 		o.Items[i] = Item{Name: it.Name, Qty: it.Qty, Price: formatCents(it.PriceCents)}
 	}
 	o.Total = formatCents(total)

@@ -1,7 +1,7 @@
 // Package demo is the engine of `go run ./examples/orders/demo`: Herald's orders example running whole in
-// one process, needing nothing but PostgreSQL.
+// one process, needing nothing but PostgreSQL, or MySQL/MariaDB.
 //
-// It migrates a demo schema, starts an embedded NATS server with JetStream,
+// It migrates a demo schema (a database on MySQL), starts an embedded NATS server with JetStream,
 // a webhook receiver and an SMTP server, and runs the order service (package
 // shop) and a relay between them. It then places and pays a stream of
 // orders over HTTP. Meanwhile the webhook answers 503 for a while, so its
@@ -34,12 +34,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/examples/orders/shop"
 	"github.com/heraldhq/herald/examples/orders/templates"
+	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/outbox"
+	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/relayconfig"
@@ -49,8 +49,9 @@ import (
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
-// DefaultSchema is the schema the demo creates (and drops) when Options
-// names none. Every demo schema must start with it.
+// DefaultSchema is the schema (on MySQL, the database) the demo creates
+// (and drops) when Options names none. Every demo schema must start with
+// it.
 const DefaultSchema = "herald_demo"
 
 // Sink names.
@@ -63,14 +64,16 @@ const (
 // Options configure a run. The zero value runs the full demo on the local
 // server.
 type Options struct {
-	// DatabaseURL is the PostgreSQL to use. Defaults to DefaultDatabaseURL.
+	// DatabaseURL is the PostgreSQL, or with a mysql:// URL the MySQL or
+	// MariaDB, to use. Defaults to DefaultDatabaseURL.
 	DatabaseURL string
-	// StartPostgres starts a server when none answers at DatabaseURL.
-	// Defaults to StartContainer (testcontainers-go, needs Docker).
+	// StartPostgres starts a server when no PostgreSQL answers at
+	// DatabaseURL (never for a mysql:// URL). Defaults to StartContainer
+	// (testcontainers-go, needs Docker).
 	StartPostgres StartPostgresFunc
-	// Schema is created for the demo, dropped first if it exists, and
-	// dropped at the end unless Keep. It must start with DefaultSchema.
-	// Defaults to DefaultSchema.
+	// Schema is created for the demo (on MySQL, a database), dropped first
+	// if it exists, and dropped at the end unless Keep. It must start with
+	// DefaultSchema. Defaults to DefaultSchema.
 	Schema string
 	// Keep leaves the schema (orders and outbox) in place at the end.
 	Keep bool
@@ -103,7 +106,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Brokers adds sinks of the other types (BrokerSinks: redis, rabbitmq,
 	// mqtt, pubsub, sqs, sns), routed orders.* like NATS and the webhook.
-	// Defaults to none: the demo then needs only PostgreSQL.
+	// Defaults to none: the demo then needs only its database.
 	Brokers []string
 	// RedisURL, RabbitMQURL and MQTTURL are the servers of Brokers.
 	// Default to DefaultRedisURL, DefaultRabbitMQURL and DefaultMQTTURL.
@@ -178,10 +181,18 @@ func (o Options) validate() error {
 	if err := validateBrokers(o.Brokers); err != nil {
 		return err
 	}
+	tables := migrations.Tables{Schema: o.Schema, Table: "outbox"}
+	if mysqlurl.Is(o.DatabaseURL) {
+		if _, err := mysqlurl.Config(o.DatabaseURL); err != nil {
+			return fmt.Errorf("database url: %w", err)
+		}
+		_, err := mysqlmigrations.NewTables(tables)
+		return err
+	}
 	if _, err := pgx.ParseConfig(o.DatabaseURL); err != nil {
 		return fmt.Errorf("database url: %s", relayconfig.ScrubPassword(err.Error(), o.DatabaseURL))
 	}
-	return migrations.Tables{Schema: o.Schema, Table: "outbox"}.Validate()
+	return tables.Validate()
 }
 
 // rejected reports whether the i-th order (from 0) has its orders.paid
@@ -216,9 +227,8 @@ type run struct {
 	started time.Time
 	closers []func()
 
-	dbURL      string
 	containerd bool
-	pool       *pgxpool.Pool
+	db         database
 	tables     migrations.Tables
 	dead       *deadletter.Store
 
@@ -255,54 +265,57 @@ func (d *run) cleanup() {
 	}
 }
 
+// database is what the demo needs of its database, one implementation
+// per database (postgres.go, mysql.go) holding its SQL.
+type database interface {
+	// String names the server, its password redacted.
+	String() string
+	// dropSchema drops the demo's schema (database) with everything in it.
+	dropSchema(ctx context.Context) error
+	// migrate creates the schema, Herald's tables and the orders table.
+	migrate(ctx context.Context) error
+	deadLetters() (*deadletter.Store, error)
+	newRelay(cfg relay.Config) (*relay.Relay, error)
+	newShop(cfg shop.Config) (*shop.Service, error)
+	// polls reports whether the relay has no notifications and so is
+	// woken after each commit (Relay.Wake).
+	polls() bool
+	close()
+}
+
 func (d *run) setup(ctx context.Context) error {
-	url, stop, err := resolveDatabase(ctx, d.opts.DatabaseURL, d.opts.StartPostgres, d.note)
+	d.tables = migrations.Tables{Schema: d.opts.Schema, Table: "outbox"}
+	var err error
+	if mysqlurl.Is(d.opts.DatabaseURL) {
+		d.db, err = openMySQL(ctx, d.opts.DatabaseURL, d.tables)
+	} else {
+		d.db, d.containerd, err = d.openPostgres(ctx)
+	}
 	if err != nil {
 		return err
 	}
-	if stop != nil {
-		d.containerd = true
-		d.addCloser(stop)
-	}
-	d.dbURL = url
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return fmt.Errorf("database url: %s", relayconfig.ScrubPassword(err.Error(), url))
-	}
-	cfg.MaxConns = 20
-	if d.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
-		return fmt.Errorf("connecting to %s: %w", relayconfig.RedactURL(url), err)
-	}
-	d.addCloser(d.pool.Close)
+	d.addCloser(d.db.close)
 
 	// A fresh schema: Herald's tables and the orders table.
-	d.tables = migrations.Tables{Schema: d.opts.Schema, Table: "outbox"}
-	if err := d.dropSchema(ctx); err != nil {
+	if err := d.db.dropSchema(ctx); err != nil {
 		return err
 	}
 	if !d.opts.Keep {
 		d.addCloser(func() {
 			dropCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := d.dropSchema(dropCtx); err != nil {
+			if err := d.db.dropSchema(dropCtx); err != nil {
 				d.note("demo: " + err.Error())
 			}
 		})
 	}
-	m, err := migrations.NewMigrator(d.pool, d.tables, nil)
-	if err != nil {
+	if err := d.db.migrate(ctx); err != nil {
 		return err
 	}
-	if _, err := m.Up(ctx, 0); err != nil {
-		return fmt.Errorf("migrating schema %s: %w", d.tables.Schema, err)
-	}
-	if err := shop.Migrate(ctx, d.pool, d.tables.Schema); err != nil {
+	if d.dead, err = d.db.deadLetters(); err != nil {
 		return err
 	}
-	if d.dead, err = deadletter.New(d.pool, d.tables); err != nil {
-		return err
-	}
-	d.note(fmt.Sprintf("demo: PostgreSQL %s, schema %s migrated", relayconfig.RedactURL(url), d.tables.Schema))
+	d.note(fmt.Sprintf("demo: %s, schema %s migrated", d.db, d.tables.Schema))
 
 	// The sinks' peers.
 	tmp, err := os.MkdirTemp("", "herald-demo-")
@@ -348,13 +361,6 @@ func (d *run) setup(ctx context.Context) error {
 		return err
 	}
 	return d.startShop(ctx)
-}
-
-func (d *run) dropSchema(ctx context.Context) error {
-	if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.tables.Schema}.Sanitize()+" CASCADE"); err != nil {
-		return fmt.Errorf("dropping schema %s: %w", d.tables.Schema, err)
-	}
-	return nil
 }
 
 // startRelay creates the sinks and runs a relay until the run ends.
@@ -410,7 +416,7 @@ func (d *run) startRelay(ctx context.Context, templatesDir string) error {
 			{Topics: []string{"email.*"}, Targets: []relay.Target{{Sink: mailSink}}},
 		},
 	}
-	if d.rl, err = relay.New(d.pool, cfg); err != nil {
+	if d.rl, err = d.db.newRelay(cfg); err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -428,12 +434,12 @@ func (d *run) startRelay(ctx context.Context, templatesDir string) error {
 // startShop serves the order service on a free port of 127.0.0.1.
 func (d *run) startShop(ctx context.Context) error {
 	d.commits, d.topics = map[string]time.Time{}, map[string]string{}
-	w, err := outbox.NewWriter(outbox.Config{Tables: d.tables})
-	if err != nil {
-		return err
-	}
-	svc, err := shop.New(d.pool, shop.Config{Schema: d.tables.Schema, Outbox: w, Logger: d.opts.Logger,
+	wake := d.db.polls()
+	svc, err := d.db.newShop(shop.Config{Schema: d.tables.Schema, Logger: d.opts.Logger,
 		OnCommit: func(c shop.Commit) {
+			if wake {
+				d.rl.Wake()
+			}
 			d.commitMu.Lock()
 			defer d.commitMu.Unlock()
 			for _, e := range c.Events {

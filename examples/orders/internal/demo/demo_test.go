@@ -177,6 +177,8 @@ func TestDemoOptionErrors(t *testing.T) {
 		{demo.Options{Outage: 2 * time.Minute}, "outage:"},
 		{demo.Options{DatabaseURL: "postgres://h/d?sslmode=bogus"}, "database url:"},
 		{demo.Options{Schema: `herald_demo"x`}, "database.schema"},
+		{demo.Options{DatabaseURL: "mysql://root@127.0.0.1:3306/a/b"}, `database url: database "a/b": a database name has no slash`},
+		{demo.Options{DatabaseURL: "mysql://root@127.0.0.1:3306/test", Schema: "herald_demo`x"}, "must not contain a backtick"},
 		{demo.Options{Brokers: []string{"kafka"}}, `sinks: unknown sink "kafka" (known: redis, rabbitmq, mqtt, pubsub, sqs, sns)`},
 		{demo.Options{Brokers: []string{"redis", "mqtt", "redis"}}, "sinks: redis named twice"},
 	}

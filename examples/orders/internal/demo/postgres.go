@@ -7,11 +7,20 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
+	"github.com/heraldhq/herald/examples/orders/shop"
+	"github.com/heraldhq/herald/migrations"
+	"github.com/heraldhq/herald/outbox"
+	"github.com/heraldhq/herald/relay"
+	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/relayconfig"
 )
+
+// This file holds the demo's PostgreSQL: finding or starting a server, and
+// the schema, relay, dead letters and order service on it.
 
 // DefaultDatabaseURL is the local server the demo tries when no URL is given.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -106,3 +115,72 @@ func ping(ctx context.Context, url string) error {
 	}
 	return conn.Close(ctx)
 }
+
+// pgDatabase is the demo's database on PostgreSQL: one pool for the order
+// service, the relay and the dead letters, which notifications wake.
+type pgDatabase struct {
+	url    string
+	pool   *pgxpool.Pool
+	tables migrations.Tables
+}
+
+// openPostgres connects to Options.DatabaseURL, or to a server
+// StartPostgres starts when none answers there (started is then true).
+func (d *run) openPostgres(ctx context.Context) (_ *pgDatabase, started bool, err error) {
+	url, stop, err := resolveDatabase(ctx, d.opts.DatabaseURL, d.opts.StartPostgres, d.note)
+	if err != nil {
+		return nil, false, err
+	}
+	if stop != nil {
+		d.addCloser(stop)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, stop != nil, fmt.Errorf("database url: %s", relayconfig.ScrubPassword(err.Error(), url))
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, stop != nil, fmt.Errorf("connecting to %s: %w", relayconfig.RedactURL(url), err)
+	}
+	return &pgDatabase{url: url, pool: pool, tables: d.tables}, stop != nil, nil
+}
+
+func (p *pgDatabase) String() string { return "PostgreSQL " + relayconfig.RedactURL(p.url) }
+
+func (p *pgDatabase) dropSchema(ctx context.Context) error {
+	if _, err := p.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{p.tables.Schema}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("dropping schema %s: %w", p.tables.Schema, err)
+	}
+	return nil
+}
+
+func (p *pgDatabase) migrate(ctx context.Context) error {
+	m, err := migrations.NewMigrator(p.pool, p.tables, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := m.Up(ctx, 0); err != nil {
+		return fmt.Errorf("migrating schema %s: %w", p.tables.Schema, err)
+	}
+	return shop.Migrate(ctx, p.pool, p.tables.Schema)
+}
+
+func (p *pgDatabase) deadLetters() (*deadletter.Store, error) {
+	return deadletter.New(p.pool, p.tables)
+}
+
+func (p *pgDatabase) newRelay(cfg relay.Config) (*relay.Relay, error) { return relay.New(p.pool, cfg) }
+
+func (p *pgDatabase) newShop(cfg shop.Config) (*shop.Service, error) {
+	w, err := outbox.NewWriter(outbox.Config{Tables: p.tables})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Outbox = w
+	return shop.New(p.pool, cfg)
+}
+
+func (p *pgDatabase) polls() bool { return false }
+
+func (p *pgDatabase) close() { p.pool.Close() }
