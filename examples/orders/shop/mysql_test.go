@@ -20,7 +20,7 @@ import (
 func TestCreateAndPayOnMySQL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, tables := mysqltest.Migrated(t)
+	db, _, tables := mysqltest.Migrated(t)
 	// Twice: every statement is IF NOT EXISTS.
 	for range 2 {
 		if err := shop.MigrateMySQL(ctx, db, ""); err != nil {
@@ -104,7 +104,7 @@ func TestCreateAndPayOnMySQL(t *testing.T) {
 func TestPayIsAtomicOnMySQL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, _ := mysqltest.Migrated(t)
+	db, _, _ := mysqltest.Migrated(t)
 	if err := shop.MigrateMySQL(ctx, db, ""); err != nil {
 		t.Fatal(err)
 	}
