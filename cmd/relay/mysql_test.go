@@ -151,16 +151,6 @@ func TestMySQLRelay(t *testing.T) {
 		}
 		return n
 	}
-	waitUntil := func(what string, p *process, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; relay output:\n%s", what, p.output())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	ok1 := insert("orders.created", "o-1", `{"n": 1}`)
 	bad := insert("orders.created", "o-2", `"refuse-me"`)
 	ok3 := insert("users.created", "", `{"n": 3}`)
@@ -186,7 +176,7 @@ routes: [{topics: ["*"], sinks: [hook]}]
 		t.Fatal(err)
 	}
 	base := "http://" + listening["address"].(string)
-	waitUntil("two events delivered and one dead letter", p, func() bool {
+	waitFor(t, 30*time.Second, p, "two events delivered and one dead letter", func() bool {
 		return len(got()) == 2 && count("SELECT count(*) FROM outbox") == 0 &&
 			count("SELECT count(*) FROM outbox_deliveries WHERE state = 'dead'") == 1
 	})
@@ -247,7 +237,7 @@ routes: [{topics: ["*"], sinks: [hook]}]
 	if r := inProcess(t, ctx, "dlq", "replay", "--id", bad, "--yes", "--database-url", dbURL); r.code != 0 || !strings.Contains(r.stdout, "replayed 1 dead letter") {
 		t.Fatalf("relay dlq replay:\n%s", r)
 	}
-	waitUntil("the replayed event delivered", p, func() bool {
+	waitFor(t, 30*time.Second, p, "the replayed event delivered", func() bool {
 		return slices.Contains(got(), bad) && count("SELECT count(*) FROM outbox_deliveries") == 0
 	})
 
@@ -258,7 +248,7 @@ routes: [{topics: ["*"], sinks: [hook]}]
 	if _, err := db.Exec("INSERT INTO outbox (id, topic, `key`, payload) VALUES (?, 'orders.created', 'o-2', '\"refuse-me again\"')", again); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil("a second dead letter", p, func() bool {
+	waitFor(t, 30*time.Second, p, "a second dead letter", func() bool {
 		return count("SELECT count(*) FROM outbox_deliveries WHERE state = 'dead'") == 1
 	})
 	if r := inProcess(t, ctx, "dlq", "purge", "--all", "--dry-run", "--database-url", dbURL); r.code != 0 || !strings.Contains(r.stdout, again) ||
