@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -348,4 +349,54 @@ func (m *Migrator) apply(ctx context.Context, conn *pgx.Conn, sql string, record
 		return fmt.Errorf("recording version: %w", err)
 	}
 	return tx.Commit(ctx)
+}
+
+// DropSchema drops t's schema and everything in it, with what WAL capture
+// made for t's outbox outside the schema: its publication and its
+// replication slots (ending a reader still connected), which belong to the
+// database and would otherwise outlive the schema (a slot left behind pins
+// the server's WAL for good). It is for throwaway schemas: demos,
+// benchmarks and tests.
+func DropSchema(ctx context.Context, pool *pgxpool.Pool, t Tables) error {
+	t = t.WithDefaults()
+	if err := dropSlots(ctx, pool, t.SlotName()); err != nil {
+		return fmt.Errorf("dropping the replication slots of schema %s: %w", t.Schema, err)
+	}
+	for _, q := range []struct{ sql, what string }{
+		{"DROP PUBLICATION IF EXISTS " + t.Publication(), "publication"},
+		{"DROP SCHEMA IF EXISTS " + pgx.Identifier{t.Schema}.Sanitize() + " CASCADE", "schema"},
+	} {
+		if _, err := pool.Exec(ctx, q.sql); err != nil {
+			return fmt.Errorf("dropping the %s of schema %s: %w", q.what, t.Schema, err)
+		}
+	}
+	return nil
+}
+
+// dropSlots drops the replication slots whose names start with prefix,
+// ending the connections that read them first (a relay still stopping):
+// a slot left behind pins the server's WAL for good. A slot that turns
+// active again meanwhile is tried again.
+func dropSlots(ctx context.Context, pool *pgxpool.Pool, prefix string) error {
+	for {
+		_, err := pool.Exec(ctx, `SELECT CASE WHEN active THEN pg_terminate_backend(active_pid)
+            ELSE pg_drop_replication_slot(slot_name) IS NULL END
+FROM pg_replication_slots WHERE starts_with(slot_name, $1)`, prefix)
+		var pgErr *pgconn.PgError
+		if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "55006") { // object_in_use: read again
+			return err
+		}
+		var left int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE starts_with(slot_name, $1)", prefix).Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -95,6 +95,68 @@ func (t Tables) Name(suffix string) string {
 // table, as DROP INDEX expects.
 func (t Tables) Index(suffix string) string { return t.qualified(t.Table + "_" + suffix) }
 
+// Emit is the quoted, schema-qualified name of the function that emits an
+// event into the write-ahead log instead of the table (outbox_emit for the
+// default table); EmitEvent names the one it and the outbox package call,
+// which takes the event's id.
+func (t Tables) Emit() string { return t.qualified(t.Table + "_emit") }
+
+// EmitBytes is Emit's variant for a payload that is not JSON.
+func (t Tables) EmitBytes() string { return t.qualified(t.Table + "_emit_bytes") }
+
+// EmitEvent is the function Emit and EmitBytes call, taking every column.
+func (t Tables) EmitEvent() string { return t.qualified(t.Table + "_emit_event") }
+
+// Publication is the quoted name of the publication a relay reading the
+// write-ahead log (capture: wal) subscribes with.
+func (t Tables) Publication() string { return pgx.Identifier{t.PublicationName()}.Sanitize() }
+
+// PublicationLiteral is PublicationName as a SQL string literal.
+func (t Tables) PublicationLiteral() string {
+	return "'" + strings.ReplaceAll(t.PublicationName(), "'", "''") + "'"
+}
+
+// PublicationName is Publication unquoted, as the replication protocol
+// takes it. Publications are named per database, not per schema: the name
+// holds both, or a hash of them when that is too long for a name.
+func (t Tables) PublicationName() string { return t.derivedName("herald_wal_") }
+
+// SlotName is the name of the logical replication slot a relay reading the
+// write-ahead log uses by default: per database too, and at most 63 bytes
+// of lower-case letters, digits and underscores.
+func (t Tables) SlotName() string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '_'
+	}, t.derivedName("herald_"))
+}
+
+// derivedName is prefix, the schema and the table, or a hash of the last
+// two when that is longer than a name may be.
+func (t Tables) derivedName(prefix string) string {
+	name := prefix + t.Schema + "_" + t.Table
+	if len(name) > 63 {
+		h := fnv.New64a()
+		h.Write([]byte(t.Schema + "." + t.Table))
+		name = fmt.Sprintf("%s%016x", prefix, h.Sum64())
+	}
+	return name
+}
+
+// MessagePrefix is the prefix of the logical decoding messages that carry
+// this outbox's events in the write-ahead log: Channel, which is unique
+// per outbox of a database.
+func (t Tables) MessagePrefix() string { return t.Channel() }
+
+// Literal quotes s as an SQL string literal, for names a migration passes
+// as text (pg_get_serial_sequence's table, a message prefix).
+func (t Tables) Literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
 // Channel is the LISTEN/NOTIFY channel that wakes relays, as a plain string
 // for pg_notify. Use ChannelIdent in a LISTEN statement. Names too long for a
 // channel are replaced by a hash of themselves.

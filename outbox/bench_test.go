@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/outbox"
 )
 

@@ -44,7 +44,7 @@ func TestApplicationDependencies(t *testing.T) {
 
 // TestApplicationTidyNeedsNoRelayWorld covers what `go mod tidy` in an
 // application that imports outbox loads besides outbox itself: outbox's own
-// tests. Through migrations/pgtest's Docker fallback they once put
+// tests. Through internal/pgtest's Docker fallback they once put
 // testcontainers and 40 modules of Docker client into every such
 // application's go.sum; the fallback now lives in pgtest/pgcontainer, which
 // outbox's tests do not import.
@@ -67,7 +67,7 @@ func TestApplicationTidyNeedsNoRelayWorld(t *testing.T) {
 				found = append(found, pkg)
 			}
 		}
-		if pkg == "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" {
+		if pkg == "github.com/heraldhq/herald/internal/pgtest/pgcontainer" {
 			found = append(found, pkg)
 		}
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/outbox"
 )
 

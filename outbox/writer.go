@@ -68,6 +68,16 @@ type Config struct {
 	NotifyInterval time.Duration
 	// DisableNotify never notifies: relays find events by polling only.
 	DisableNotify bool
+	// Capture is how the events are written: Table (the default) inserts
+	// rows into the outbox table; WAL emits each as a transactional logical
+	// decoding message (the outbox_emit function), which a relay with
+	// database.capture: wal reads from a replication slot, writing no table
+	// row. The validation and the event ids are the same; a WAL event's
+	// JSON payload is stored as jsonb (object keys in jsonb's order, a
+	// duplicate key dropped), and an event with a delay (Delay or
+	// AvailableAt) goes to the table all the same, where relays find it
+	// once it is due. PostgreSQL only.
+	Capture Capture
 	// Propagator writes the caller's trace context into each event's
 	// headers (traceparent, tracestate) when the Enqueue context carries a
 	// valid span and the event sets neither header; the relay continues the
@@ -76,6 +86,17 @@ type Config struct {
 	// application sets one).
 	Propagator propagation.TextMapPropagator
 }
+
+// Capture is how a Writer writes events: see Config.Capture.
+type Capture int
+
+const (
+	// Table inserts events into the outbox table.
+	Table Capture = iota
+	// WAL emits events into PostgreSQL's write-ahead log, for relays that
+	// read it from a replication slot (database.capture: wal).
+	WAL
+)
 
 // Writer enqueues events into the outbox table. It is safe for concurrent
 // use; create one per table and share it.
@@ -107,6 +128,9 @@ func NewWriter(cfg Config) (*Writer, error) {
 	switch cfg.Dialect {
 	case PostgreSQL:
 	case MySQL:
+		if cfg.Capture != Table {
+			return nil, errors.New("outbox: Config.Capture: WAL capture is PostgreSQL's; on MySQL events go to the table")
+		}
 		names, err := mysqlmigrations.NewTables(tables)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: Config.Tables: %w", err)
@@ -126,6 +150,16 @@ func NewWriter(cfg Config) (*Writer, error) {
 		interval = DefaultNotifyInterval
 	}
 	insert := insertSQL(tables)
+	switch cfg.Capture {
+	case Table:
+	case WAL:
+		// Decoding pushes the events to the relay at commit: there is no
+		// one to wake.
+		return &Writer{tables: tables, outboxName: tables.Outbox(), propagator: cfg.Propagator,
+			insertSQL: emitSQL(tables), disableNotify: true, start: time.Now()}, nil
+	default:
+		return nil, fmt.Errorf("outbox: Config.Capture: %d is neither Table nor WAL", int(cfg.Capture))
+	}
 	return &Writer{
 		tables:         tables,
 		outboxName:     tables.Outbox(),
@@ -150,6 +184,19 @@ func insertSQL(t migrations.Tables) string {
 	return `INSERT INTO ` + t.Outbox() + ` (id, topic, key, payload, payload_bin, content_type, headers, available_at, max_attempts)
 SELECT u.id, u.topic, NULLIF(u.key, ''), NULLIF(u.payload, '')::json, u.payload_bin, NULLIF(u.content_type, ''),
        u.headers::jsonb, COALESCE(u.available_at, clock_timestamp() + u.delay_us * interval '1 microsecond'), NULLIF(u.max_attempts, 0)
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[], $10::integer[])
+     WITH ORDINALITY AS u(id, topic, key, payload, payload_bin, content_type, headers, delay_us, available_at, max_attempts, ord)
+ORDER BY u.ord`
+}
+
+// emitSQL is insertSQL for Capture WAL: one call of the outbox's emit
+// function per event, in slice order, which draws seqs in that order.
+func emitSQL(t migrations.Tables) string {
+	return `SELECT ` + t.EmitEvent() + `(u.id, u.topic, NULLIF(u.key, ''), NULLIF(u.payload, '')::jsonb, u.payload_bin,
+       NULLIF(u.content_type, ''), u.headers::jsonb,
+       CASE WHEN u.available_at IS NOT NULL THEN u.available_at - clock_timestamp()
+            ELSE u.delay_us * interval '1 microsecond' END,
+       NULLIF(u.max_attempts, 0))
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[], $10::integer[])
      WITH ORDINALITY AS u(id, topic, key, payload, payload_bin, content_type, headers, delay_us, available_at, max_attempts, ord)
 ORDER BY u.ord`

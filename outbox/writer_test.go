@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/outbox"
 )
 

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -21,13 +19,16 @@ import (
 type targetStatus uint8
 
 const (
-	tSend   targetStatus = iota // handed to the sink
-	tJoin                       // not sent: it waits behind an earlier event of its key
-	tPaused                     // not sent: the sink is paused
-	tDone                       // delivered (or, on the routing step, routed)
-	tRetry                      // failed; tried again at next
-	tDown                       // not delivered: the sink is down (no attempt counted)
-	tDead                       // failed for good
+	tSend     targetStatus = iota // handed to the sink
+	tJoin                         // not sent: it waits behind an earlier event of its key
+	tPaused                       // not sent: the sink is paused
+	tBusy                         // not sent: the sink has as much in flight as it may
+	tDone                         // delivered (or, on the routing step, routed)
+	tRetry                        // failed; tried again after its delay
+	tDown                         // not delivered: the sink is down (no attempt counted)
+	tDead                         // failed for good
+	tInFlight                     // sent, not answered when the batch stopped waiting
+	tHeld                         // not sent: its route no longer names its sink; kept, looked at again later
 )
 
 // target is one event on one sink, or on the routing step, in one batch.
@@ -36,59 +37,26 @@ type target struct {
 	sink   *sinkState // nil for the routing step
 	name   string     // the sink's name; "" for the routing step
 	status targetStatus
-	next   time.Time // tRetry: when to try again
-	err    error     // tRetry, tDown, tPaused, tDead: why
-	tries  int       // attempts on this sink, this batch's included
-	stops  bool      // tDead: the dead letter stops its key
+	delay  time.Duration // tRetry: how long until the next attempt
+	err    error         // tRetry, tDown, tPaused, tDead: why
+	tries  int           // attempts on this sink, this batch's included
+	stops  bool          // tDead: the dead letter stops its key
 	// fresh: the event has no delivery on this sink yet (an outbox row, or
 	// a routing-step delivery on a sink); a failure inserts one.
-	fresh   bool
-	batched int // tSend: index in the sink's batch
+	fresh bool
+	// leased: the delivery is a head in flight, due only when its call
+	// must have ended (see flight): whatever its outcome, it is written.
+	leased bool
+	// call and at: tSend, the call the event went out in and its index
+	// there.
+	call *sinkCall
+	at   int
 }
 
 type keySink struct{ key, sink string }
 
-// sinkBatch is the events one sink receives in one Publish call.
-type sinkBatch struct {
-	sink    *sinkState
-	events  []sinks.Event
-	targets []int // targets[i] is the index in batch.targets of events[i]
-	results []error
-	spans   []trace.Span // spans[i] traces events[i]; nil when tracing is off
-}
-
-// sinkState is a sink shared by a relay's workers: Publish calls are
-// serialised (a sink never sees two at once), and whether it is paused
-// because it is down.
-type sinkState struct {
-	sinks.Sink
-	name string
-	// concurrent sinks (sinks.ConcurrentPublisher) are called by several
-	// workers at once; the others take turns under publishMu.
-	concurrent bool
-	publishMu  sync.Mutex
-
-	mu          sync.Mutex // guards failures and pausedUntil
-	failures    int
-	pausedUntil time.Time
-}
-
-// pausedTill returns until when the sink is paused (zero when it is not).
-func (s *sinkState) pausedTill() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pausedUntil
-}
-
-// probing reports whether the sink was found down and its pause is over:
-// the next publish finds out whether it is back.
-func (s *sinkState) probing(now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.failures > 0 && !s.pausedUntil.After(now)
-}
-
-// batch carries one claimed batch through plan, publish and settle.
+// batch carries one claimed batch through plan, publish, settle and the
+// outcome its record writes.
 type batch struct {
 	r      *Relay
 	w      *worker
@@ -100,18 +68,21 @@ type batch struct {
 	// seq order. What a failure means for a key's later events is applied
 	// over them, once (outcome).
 	targets []target
+	// late are the targets of flights of earlier batches whose results
+	// have all arrived, settled in this batch's record, before its own.
+	late []target
 	// blocked holds the keys on sinks to which nothing more is sent in
 	// this batch (made on first use: nothing is blocked on the happy path).
 	blocked map[keySink]bool
-	sinks   map[*sinkState]*sinkBatch
-	order   []*sinkBatch
-	counts  struct{ done, retried, dead, waiting, paused int }
+	calls   map[*sinkState]*sinkCall
+	order   []*sinkCall
+	counts  struct{ done, retried, dead, waiting, paused, busy, inFlight int }
 }
 
 func (w *worker) newBatch(fresh, queued []item, now time.Time) *batch {
 	n := (len(fresh) + len(queued)) * (w.r.fanOut + 1)
 	return &batch{r: w.r, w: w, now: now, fresh: fresh, queued: queued,
-		targets: make([]target, 0, n), sinks: map[*sinkState]*sinkBatch{}}
+		targets: make([]target, 0, n), calls: map[*sinkState]*sinkCall{}}
 }
 
 // add appends a target and returns it; it stays valid until the next add.
@@ -170,10 +141,14 @@ func (b *batch) planQueued(it *item) {
 	route, _ := b.r.route(it)
 	switch {
 	case route == nil || !route.has(it.sink):
-		// Its sink was removed from the event's route: the event will not
-		// go there, and the key's later events (which do not either) are
-		// not held back by it.
-		b.kill(t, fmt.Errorf("sink no longer routed: the route of topic %q does not name sink %s", it.topic, it.sink), false)
+		// Its sink was removed from the event's route (a configuration
+		// that lost a line, or a route changed on purpose): the delivery
+		// is kept, its key's queue waiting behind it, and looked at again
+		// once in a while: a configuration that routes it again sends it,
+		// in order, and only an operator drops it.
+		t.status, t.delay = tHeld, heldPolls*b.r.cfg.PollInterval
+		t.err = fmt.Errorf("kept: the route of topic %q no longer names sink %s (it resumes if a route names it again; 'relay queue drop --sink' removes it)", it.topic, it.sink)
+		b.block(it.sink, it.key)
 	default:
 		b.planSend(t, route.target(it.sink))
 	}
@@ -219,8 +194,8 @@ func (b *batch) planFresh(it *item) {
 	}
 }
 
-// planSend hands t's event to its sink, unless the sink is paused or the
-// destination cannot be rendered.
+// planSend hands t's event to its sink, unless the sink is paused or busy,
+// or the destination cannot be rendered.
 func (b *batch) planSend(t *target, rt *routeTarget) {
 	if until := t.sink.pausedTill(); until.After(b.now) {
 		t.status = tPaused
@@ -235,19 +210,24 @@ func (b *batch) planSend(t *target, rt *routeTarget) {
 		b.kill(t, sinks.Permanent(err), b.stopsKey(t.item))
 		return
 	}
+	if !t.sink.take(int64(len(ev.Payload))) {
+		t.status = tBusy
+		b.block(t.name, t.item.key)
+		return
+	}
 	ev.Destination = dest
-	sb := b.sinks[t.sink]
-	if sb == nil {
-		sb = &sinkBatch{sink: t.sink}
-		b.sinks[t.sink] = sb
-		b.order = append(b.order, sb)
+	c := b.calls[t.sink]
+	if c == nil {
+		c = &sinkCall{w: b.w, sink: t.sink}
+		b.calls[t.sink] = c
+		b.order = append(b.order, c)
 	}
-	t.status = tSend
+	t.status, t.call, t.at = tSend, c, len(c.events)
+	var span trace.Span
 	if b.r.tracer != nil {
-		sb.spans = append(sb.spans, b.r.startPublishSpan(&ev, t.name))
+		span = b.r.startPublishSpan(&ev, t.name)
 	}
-	sb.events = append(sb.events, ev)
-	sb.targets = append(sb.targets, len(b.targets)-1)
+	c.add(ev, len(b.targets)-1, span)
 }
 
 // kill makes t a dead letter before it is sent; one that stops its key
@@ -267,103 +247,128 @@ func (b *batch) event(it *item, attempt int) sinks.Event {
 		ContentType: it.contentType, Headers: it.headers, CreatedAt: it.createdAt, Attempt: attempt}
 }
 
-// publish hands each sink its events, all sinks at once, and waits.
-func (b *batch) publish(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, sb := range b.order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			start := time.Now()
-			sb.results = publishSafely(ctx, sb.sink, sb.events)
-			b.r.cfg.Observer.SinkPublish(sb.sink.name, len(sb.events), time.Since(start))
-		}()
+// publish starts each sink's call, all at once, and waits until every
+// event has its result, or wait has passed: a sink's latency then delays
+// only its own events, which stay in flight (see flight), and never the
+// other sinks', nor the next batch. The calls end by deadline.
+func (b *batch) publish(ctx context.Context, deadline time.Time, wait time.Duration) {
+	for _, c := range b.order {
+		c.start(ctx, deadline)
 	}
-	wg.Wait()
-}
-
-// publishSafely calls Publish, turning a panic or a wrong result count into
-// retryable errors for every event: nothing is lost to a faulty sink.
-func publishSafely(ctx context.Context, s *sinkState, events []sinks.Event) (results []error) {
-	defer func() {
-		if p := recover(); p != nil {
-			results = sinks.Fill(len(events), fmt.Errorf("sink %s panicked: %v", s.name, p))
-		}
-	}()
-	if !s.concurrent {
-		s.publishMu.Lock()
-		defer s.publishMu.Unlock()
+	if b.answered() {
+		return
 	}
-	results = s.Publish(ctx, events)
-	if len(results) != len(events) {
-		return sinks.Fill(len(events), fmt.Errorf("sink %s returned %d results for %d events", s.name, len(results), len(events)))
-	}
-	return results
-}
-
-// settle applies the sinks' results to their targets and pauses or resumes
-// each sink.
-func (b *batch) settle() {
-	for _, sb := range b.order {
-		var down error
-		delivered := false
-		for i, err := range sb.results {
-			t := &b.targets[sb.targets[i]]
-			switch {
-			case err == nil:
-				t.status = tDone
-				delivered = true
-			case sinks.IsUnavailable(err):
-				t.status, t.err = tDown, err
-				if down == nil {
-					down = err
-				}
-			case errors.Is(err, sinks.ErrSkipped):
-				t.status, t.err = tJoin, err
-			case sinks.IsPermanent(err):
-				t.tries++
-				t.status, t.err, t.stops = tDead, err, b.stopsKey(t.item)
-			default:
-				t.tries++
-				t.err = err
-				if t.tries >= b.r.maxAttempts(t.item) {
-					t.status, t.stops = tDead, b.stopsKey(t.item)
-				} else {
-					t.status, t.next = tRetry, b.now.Add(b.r.retryDelay(err, t.tries))
-				}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-b.w.results:
+			if b.answered() {
+				return
 			}
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
 		}
-		switch {
-		case down != nil:
-			b.r.pause(sb.sink, down)
-		case delivered:
-			b.r.resume(sb.sink)
-		}
-		endPublishSpans(sb)
 	}
 }
 
-// outcome walks every group in order and turns its targets into the writes
-// of the record. Once a target of a group is not delivered, it is the head
-// of its key's queue on that sink, and every later target of the group
-// waits behind it, whatever the sink reported for it (a sink that sent it
-// anyway sends it again, after the head).
-func (b *batch) outcome() *outcome {
-	o := &outcome{keyOf: b.keyOf}
-	o.OutboxSeqs, o.OutboxKeys = make([]int64, len(b.fresh)), make([]string, len(b.fresh))
-	for i := range b.fresh {
-		o.OutboxSeqs[i], o.OutboxKeys[i] = b.fresh[i].seq, b.fresh[i].key
+// answered reports whether every call of the batch has every result.
+func (b *batch) answered() bool {
+	for _, c := range b.order {
+		if !c.answered() {
+			return false
+		}
 	}
-	var (
-		waiting map[keySink]bool // an earlier target of the key on the sink is not delivered
-		wrote   map[keySink]bool // queues written, whose head may have changed
-	)
+	return true
+}
+
+// settle gives each sent target its result, or tInFlight while it has
+// none.
+func (b *batch) settle() {
 	for i := range b.targets {
 		t := &b.targets[i]
+		if t.status != tSend {
+			continue
+		}
+		err, ok := t.call.result(t.at)
+		if !ok {
+			t.status = tInFlight
+			continue
+		}
+		b.r.judge(t, err)
+	}
+}
+
+// judge sets t's status from its sink's result err (nil: delivered).
+func (r *Relay) judge(t *target, err error) {
+	switch {
+	case err == nil:
+		t.status = tDone
+	case sinks.IsUnavailable(err):
+		t.status, t.err = tDown, err
+	case errors.Is(err, sinks.ErrNotSent):
+		t.status, t.err = tBusy, err
+	case errors.Is(err, sinks.ErrSkipped):
+		t.status, t.err = tJoin, err
+	case sinks.IsPermanent(err):
+		t.tries++
+		t.status, t.err, t.stops = tDead, err, r.cfg.StopKeyOnDeadLetter && t.item.key != ""
+	default:
+		t.tries++
+		t.err = err
+		if t.tries >= r.maxAttempts(t.item) {
+			t.status, t.stops = tDead, r.cfg.StopKeyOnDeadLetter && t.item.key != ""
+		} else {
+			t.status, t.delay = tRetry, r.retryDelay(err, t.tries)
+		}
+	}
+}
+
+// outcome walks every group in order (the late targets first) and turns
+// its targets into the writes of the record. Once a target of a group is
+// not delivered, it is the head of its key's queue on that sink, and every
+// later target of the group waits behind it, whatever the sink reported for
+// it (a sink that sent it anyway sends it again, after the head). A head
+// still in flight starts a flight, which takes the group's later targets
+// sent in the same call: it returns the flights the record hands off.
+func (b *batch) outcome() (*outcome, []*flight) {
+	o := &outcome{keyOf: b.keyOf}
+	o.OutboxSeqs, o.OutboxKeys = make([]int64, 0, len(b.fresh)), make([]string, 0, len(b.fresh))
+	for i := range b.fresh {
+		if b.fresh[i].logged == nil { // an event read from the log has no row
+			o.OutboxSeqs, o.OutboxKeys = append(o.OutboxSeqs, b.fresh[i].seq), append(o.OutboxKeys, b.fresh[i].key)
+		}
+	}
+	var (
+		waiting map[keySink]bool    // an earlier target of the key on the sink is not delivered
+		wrote   map[keySink]bool    // queues written, whose head may have changed
+		open    map[keySink]*flight // the flight of the key on the sink, taking its call's later targets
+		flights []*flight
+	)
+	walk := func(t *target) {
 		ks := keySink{t.item.key, t.name}
 		status := t.status
+		if f := open[ks]; f != nil {
+			if t.call == f.call {
+				f.add(t)
+			} else {
+				delete(open, ks) // a flight takes its call's targets only
+			}
+		}
 		if t.item.key != "" && status != tJoin && waiting[ks] {
 			status = tJoin
+		}
+		if status == tInFlight {
+			f := b.w.newFlight(t)
+			flights = append(flights, f)
+			if t.item.key != "" {
+				if open == nil {
+					open = map[keySink]*flight{}
+				}
+				open[ks] = f
+			}
 		}
 		if b.settleTarget(o, t, status) && t.item.key != "" && !wrote[ks] {
 			if wrote == nil {
@@ -373,14 +378,53 @@ func (b *batch) outcome() *outcome {
 			o.PromoteKeys = append(o.PromoteKeys, ks.key)
 			o.PromoteSinks = append(o.PromoteSinks, ks.sink)
 		}
-		if status == tJoin || status == tPaused || status == tDown || status == tRetry || (status == tDead && t.stops) {
+		if holdsKey(status, t.stops) {
 			if waiting == nil {
 				waiting = map[keySink]bool{}
 			}
 			waiting[ks] = true
 		}
 	}
-	return o
+	for i := range b.late {
+		walk(&b.late[i])
+	}
+	for i := range b.targets {
+		walk(&b.targets[i])
+	}
+	return o, flights
+}
+
+// heldPolls is how many poll intervals a delivery whose route no longer
+// names its sink waits before the relay looks at it again: a configuration
+// that routes it again resumes its queue within that, and a key held so
+// costs one row written per look.
+const heldPolls = 10
+
+// holdsKey reports whether a target of this status holds back the later
+// events of its key on its sink.
+func holdsKey(status targetStatus, stops bool) bool {
+	switch status {
+	case tJoin, tPaused, tBusy, tDown, tRetry, tInFlight, tHeld:
+		return true
+	case tDead:
+		return stops
+	}
+	return false
+}
+
+// lanes is the mask of the lanes of the batch's events, its late ones
+// included: the lanes its record writes in.
+func (b *batch) lanes() uint64 {
+	var mask uint64
+	for _, items := range [][]item{b.fresh, b.queued} {
+		for i := range items {
+			mask |= 1 << uint(items[i].lane)
+		}
+	}
+	for i := range b.late {
+		mask |= 1 << uint(b.late[i].item.lane)
+	}
+	return mask
 }
 
 // keyOf returns the key of the batch's event seq.
@@ -390,6 +434,11 @@ func (b *batch) keyOf(seq int64) string {
 			if items[i].seq == seq {
 				return items[i].key
 			}
+		}
+	}
+	for i := range b.late {
+		if b.late[i].item.seq == seq {
+			return b.late[i].item.key
 		}
 	}
 	return ""
@@ -405,7 +454,7 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 		case t.sink != nil:
 			b.counts.done++
 			label := b.r.label(it.topic)
-			b.r.cfg.Observer.Published(t.name, label, b.now.Sub(it.createdAt))
+			b.r.cfg.Observer.Published(t.name, label, b.w.age(it.createdAt, b.now))
 			b.w.countPublished(t.name, label, b.now)
 		case !it.delivery:
 			return false // routed: the outbox row goes with the batch
@@ -421,32 +470,36 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 		// did: no attempt is counted.
 		b.counts.waiting++
 		if t.fresh {
-			o.insert(it, t.name, store.Waiting, false, 0, time.Time{}, nil)
+			o.insert(it, t.name, store.Waiting, false, 0, 0, nil)
 			return true
 		}
-		return false // it waits already, untouched
+		return false // it waits already (or stays in flight), untouched
 
-	case tPaused, tDown:
-		b.counts.paused++
-		b.r.cfg.Observer.Failed(t.name, b.r.label(it.topic), "paused")
+	case tPaused, tDown, tBusy:
+		if status == tBusy {
+			b.counts.busy++
+		} else {
+			b.counts.paused++
+			b.r.cfg.Observer.Failed(t.name, b.r.label(it.topic), "paused")
+		}
 		switch {
 		case t.fresh:
-			o.insert(it, t.name, store.Ready, false, t.tries, time.Time{}, t.err)
-		case it.head:
-			return false // the head stays due; nothing to write while its sink is down
+			o.insert(it, t.name, store.Ready, false, t.tries, 0, t.err)
+		case it.head && !t.leased:
+			return false // the head stays due; nothing to write while its sink cannot take it
 		default:
-			addDelivery(&o.Heads, it.seq, t.name, store.Ready, false, t.tries, time.Time{}, t.err)
+			addDelivery(&o.Heads, it.seq, t.name, store.Ready, false, t.tries, 0, t.err)
 		}
 		return true
 
 	case tRetry:
 		b.counts.retried++
 		b.r.cfg.Observer.Failed(t.name, b.r.label(it.topic), "retry")
-		b.r.logEvent(it, t.name, "relay: delivery failed, will retry", t.err, "retry_at", t.next)
+		b.r.logEvent(it, t.name, "relay: delivery failed, will retry", t.err, "retry_in", t.delay)
 		if t.fresh {
-			o.insert(it, t.name, store.Ready, false, t.tries, t.next, t.err)
+			o.insert(it, t.name, store.Ready, false, t.tries, t.delay, t.err)
 		} else {
-			addDelivery(&o.Heads, it.seq, t.name, store.Ready, false, t.tries, t.next, t.err)
+			addDelivery(&o.Heads, it.seq, t.name, store.Ready, false, t.tries, t.delay, t.err)
 		}
 		return true
 
@@ -459,11 +512,30 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 		b.r.logEvent(it, t.name, "relay: event dead-lettered", t.err, "stops_key", t.stops)
 		switch {
 		case t.fresh:
-			o.insert(it, t.name, store.Dead, t.stops, t.tries, time.Time{}, t.err)
+			o.insert(it, t.name, store.Dead, t.stops, t.tries, 0, t.err)
 		case t.stops:
-			addDelivery(&o.Heads, it.seq, t.name, store.Dead, true, t.tries, time.Time{}, t.err)
+			addDelivery(&o.Heads, it.seq, t.name, store.Dead, true, t.tries, 0, t.err)
 		default:
-			addDelivery(&o.Demote, it.seq, t.name, store.Dead, false, t.tries, time.Time{}, t.err)
+			addDelivery(&o.Demote, it.seq, t.name, store.Dead, false, t.tries, 0, t.err)
+		}
+		return true
+
+	case tHeld:
+		b.counts.waiting++
+		addDelivery(&o.Heads, it.seq, t.name, store.Ready, false, t.tries, t.delay, t.err)
+		return true
+
+	case tInFlight:
+		// Handed to the sink's queue as its key's head, due only once
+		// its call must have ended: the queue claims of this relay leave
+		// it alone meanwhile, and another relay that takes the lane over
+		// sends it again only then. No attempt is counted yet.
+		b.counts.inFlight++
+		lease := b.w.flightLease(t.call)
+		if t.fresh {
+			o.insert(it, t.name, store.Ready, false, t.tries, lease, nil)
+		} else {
+			addDelivery(&o.Heads, it.seq, t.name, store.Ready, false, t.tries, lease, nil)
 		}
 		return true
 	}
@@ -493,15 +565,4 @@ func (r *Relay) startPublishSpan(ev *sinks.Event, sink string) trace.Span {
 	r.cfg.Propagator.Inject(ctx, propagation.MapCarrier(headers))
 	ev.Headers = headers
 	return span
-}
-
-// endPublishSpans ends the spans of a sink's batch with each event's result.
-func endPublishSpans(sb *sinkBatch) {
-	for i, span := range sb.spans {
-		if err := sb.results[i]; err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-	}
 }

@@ -22,8 +22,9 @@ type event struct {
 	contentType string
 	headers     map[string]string
 	createdAt   time.Time
-	maxAttempts int   // 0: the relay's default
-	decodeErr   error // a column the relay cannot read: the event is dead-lettered
+	availableAt time.Time // an outbox row's: where the next claim may start
+	maxAttempts int       // 0: the relay's default
+	decodeErr   error     // a column the relay cannot read: the event is dead-lettered
 }
 
 // item is one claimed piece of work: an outbox row, or a delivery waiting
@@ -45,6 +46,10 @@ type item struct {
 	// elsewhere lists, for a routing-step delivery, the sinks on which the
 	// event already has a delivery: routing it again leaves them out.
 	elsewhere []string
+	// logged is set for an event read from the database's log
+	// (CaptureWAL): it has no outbox row, and a delivery of it is written
+	// from these columns.
+	logged *store.Event
 }
 
 // claimLimits bound what one claim loads.
@@ -60,13 +65,13 @@ type claimLimits struct {
 	eventBytes int64
 }
 
-// claim reads up to limit.rows due outbox rows of the lanes in mask, in seq
-// order, and, unless queueSinks is nil, from each queue sink in queueSinks
+// claim reads up to limit.rows due outbox rows of the lanes in mask, after
+// the position after in (available_at, seq) order (zero: from the start), and, unless queueSinks is nil, from each queue sink in queueSinks
 // (the earlier first, when bytes run short) up to its queueHeads due heads
-// of those lanes, each followed by its waiting deliveries, queueRows rows at
-// most per sink. Outbox rows in skip are left out. Both reads go in one
+// of those lanes, each followed by its waiting deliveries, its queueRows
+// rows at most, shared between its heads. Outbox rows in skip are left out. Both reads go in one
 // round trip. An empty mask claims nothing.
-func (s *session) claim(ctx context.Context, mask uint64, limit claimLimits, queueSinks []string, queueHeads []int32, queueRows int, skip []int64) (fresh, queued []item, err error) {
+func (s *session) claim(ctx context.Context, mask uint64, limit claimLimits, after store.Position, queueSinks []string, queueHeads, queueRows []int32, skip []int64) (fresh, queued []item, err error) {
 	if mask == 0 {
 		return nil, nil, nil
 	}
@@ -75,7 +80,7 @@ func (s *session) claim(ctx context.Context, mask uint64, limit claimLimits, que
 		bytes /= 2 // half for new events, half for queued deliveries
 	}
 	rows, deliveries, err := s.store.Claim(ctx, store.ClaimParams{
-		Config: s.config, Lanes: mask, Rows: limit.rows, Bytes: bytes, EventBytes: limit.eventBytes, Skip: skip,
+		Config: s.config, Lanes: mask, Rows: limit.rows, Bytes: bytes, EventBytes: limit.eventBytes, Skip: skip, After: after,
 		QueueSinks: queueSinks, QueueHeads: queueHeads, QueueRows: queueRows,
 	})
 	if err != nil {
@@ -95,7 +100,7 @@ func items(rows []store.Claimed, limit claimLimits) []item {
 	for i := range rows {
 		c := &rows[i]
 		it := &out[i]
-		it.event = event{seq: c.Seq, id: c.ID, topic: c.Topic, key: c.Key, lane: c.Lane, maxAttempts: c.MaxAttempts}
+		it.event = event{seq: c.Seq, id: c.ID, topic: c.Topic, key: c.Key, lane: c.Lane, maxAttempts: c.MaxAttempts, availableAt: c.AvailableAt}
 		it.delivery, it.sink, it.head, it.attempts, it.queued, it.elsewhere = c.Delivery, c.Sink, c.Head, c.Attempts, c.Queued, c.Elsewhere
 		switch {
 		case c.PayloadBytes > limit.eventBytes:

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/heraldhq/herald/internal/routefilter"
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/relay/routefilter"
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -60,6 +60,22 @@ type Config struct {
 	// SinkPause spaces probes of a sink that is down. Defaults to 1s doubling
 	// to 1m with 20% jitter.
 	SinkPause Backoff
+	// HandOffAfter is how long a batch waits for its sinks' answers, at
+	// least: the relay waits four times what its fastest sink usually
+	// takes to answer an event when that is longer (a loaded host slows
+	// every sink). Events a sink has not answered by then stay in flight:
+	// the record makes each the head of its key's queue on that sink, due
+	// only once its call must have ended, and the relay claims its next
+	// batch; their results are recorded when they arrive. So a slow sink,
+	// or a slow event, delays only its own key on its own sink, never the
+	// other sinks or keys. Defaults to 50 milliseconds.
+	HandOffAfter time.Duration
+	// MaxInFlight bounds the events each sink has in flight: handed to
+	// Publish calls that have not answered them (and, at most
+	// MaxBatchBytes of their payloads). A sink at its bound is handed no
+	// more events until it answers some; they wait in its queue, without
+	// an attempt counted. Defaults to twice BatchSize.
+	MaxInFlight int
 	// PublishTimeout bounds one Publish call; at most Lease/2, so that a
 	// relay that stops renewing its lanes has finished publishing before
 	// another relay may claim their events. A publish also ends when the
@@ -98,6 +114,25 @@ type Config struct {
 	// Propagator reads and writes the trace context headers when
 	// TracerProvider is set. Defaults to W3C Trace Context.
 	Propagator propagation.TextMapPropagator
+	// Capture is where the relay finds new events: CaptureTable (the
+	// default) or CaptureWAL, PostgreSQL only, which also reads the events
+	// outbox_emit writes into the write-ahead log, from the replication
+	// slot Slot. A relay reading the WAL runs one claim loop (Workers 1).
+	Capture Capture
+	// Slot is the logical replication slot CaptureWAL reads, created at
+	// its first start. Defaults to Tables.SlotName().
+	Slot string
+	// MaxSlotRetainedBytes bounds the WAL the slot may keep on the
+	// server's disk (CaptureWAL): past half of it the relay warns, past it
+	// the relay refuses to read the slot (an operator raises the bound, or
+	// drops the slot and accepts losing its events). Defaults to 8 GiB.
+	MaxSlotRetainedBytes int64
+	// Clock is this host's clock. Defaults to time.Now. Tests and
+	// benchmarks set it hours off: nothing the database compares comes
+	// from it (retries, leases and pauses are timed on the database's
+	// clock), so a host whose clock is wrong neither spends an event's
+	// attempts at once nor holds its key.
+	Clock func() time.Time
 }
 
 // OtherTopics is the topic label of events whose topic matches none of
@@ -173,6 +208,16 @@ func (b Backoff) validate(field string) error {
 	return nil
 }
 
+// Filter is a route's compiled where expression: CEL over an event's topic,
+// key, headers and payload (see CompileWhere).
+type Filter = routefilter.Filter
+
+// CompileWhere parses and type-checks a route's where expression, as the
+// relay's configuration file does for `where:` (docs/configuration.md has the
+// language): the variables topic, key and headers (a map of strings), and
+// payload, the event's JSON payload parsed once for all filters.
+func CompileWhere(expr string) (*Filter, error) { return routefilter.Compile(expr) }
+
 // Route sends events whose topic matches one of Topics, and that pass
 // Where when it is set, to every target.
 type Route struct {
@@ -182,7 +227,8 @@ type Route struct {
 	// Where, when set, narrows the route to the events it matches; an event
 	// on which it fails (an evaluation error) does not match. The next
 	// route whose topics match is then tried. Nil matches every event.
-	Where *routefilter.Filter
+	// CompileWhere makes one.
+	Where *Filter
 	// Targets are the sinks, each with an optional destination template.
 	Targets []Target
 }
@@ -250,8 +296,22 @@ func (c Config) WithDefaults() Config {
 	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = 16 << 20
 	}
+	if c.Capture == "" {
+		c.Capture = CaptureTable
+	}
 	if c.Workers == 0 {
 		c.Workers = 2
+		if c.Capture == CaptureWAL {
+			c.Workers = 1
+		}
+	}
+	if c.Capture == CaptureWAL {
+		if c.Slot == "" {
+			c.Slot = c.Tables.WithDefaults().SlotName()
+		}
+		if c.MaxSlotRetainedBytes == 0 {
+			c.MaxSlotRetainedBytes = 8 << 30
+		}
 	}
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
@@ -267,6 +327,12 @@ func (c Config) WithDefaults() Config {
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = c.Lease / 2
 	}
+	if c.HandOffAfter == 0 {
+		c.HandOffAfter = 50 * time.Millisecond
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 2 * c.BatchSize
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
@@ -275,6 +341,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	if c.TracerProvider != nil && c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
@@ -306,6 +375,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay.max_event_bytes: must be between 1 and %d (1 GiB, the most PostgreSQL stores in a value), got %d", maxPayloadBytes, c.MaxEventBytes)
 	case c.Workers < 1 || c.Workers > 64:
 		return fmt.Errorf("relay.workers: must be between 1 and 64, got %d", c.Workers)
+	case c.Capture != CaptureTable && c.Capture != CaptureWAL:
+		return fmt.Errorf("database.capture: must be %q or %q, got %q", CaptureTable, CaptureWAL, c.Capture)
+	case c.Capture == CaptureWAL && c.Workers != 1:
+		return fmt.Errorf("relay.workers: must be 1 with database.capture: wal (one claim loop reads the slot, holding every lane), got %d", c.Workers)
+	case c.Capture == CaptureWAL && !validSlotName(c.Slot):
+		return fmt.Errorf("database.slot: must be 1 to 63 lower-case letters, digits and underscores, got %q", c.Slot)
+	case c.MaxSlotRetainedBytes < 0:
+		return fmt.Errorf("database.max_slot_retained_bytes: must not be negative, got %d", c.MaxSlotRetainedBytes)
 	case c.Lease < time.Second:
 		return fmt.Errorf("relay.lease: must be at least 1s, got %s", c.Lease)
 	case c.PollInterval <= 0:
@@ -314,6 +391,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay.max_attempts: must be at least 1, got %d", c.MaxAttempts)
 	case c.PublishTimeout <= 0 || c.PublishTimeout > c.Lease/2:
 		return fmt.Errorf("relay.publish_timeout: must be positive and at most half of relay.lease (%s), got %s", c.Lease/2, c.PublishTimeout)
+	case c.HandOffAfter <= 0 || c.HandOffAfter > c.PublishTimeout:
+		return fmt.Errorf("relay.hand_off_after: must be positive and at most relay.publish_timeout (%s), got %s", c.PublishTimeout, c.HandOffAfter)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("relay.max_in_flight: must be at least 1, got %d", c.MaxInFlight)
 	case c.Retention < 0:
 		return fmt.Errorf("relay.retention: must not be negative, got %s", c.Retention)
 	case c.ShutdownTimeout <= 0:
@@ -371,4 +452,18 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validSlotName reports whether name is a replication slot's name as
+// PostgreSQL accepts it.
+func validSlotName(name string) bool {
+	if name == "" || len(name) > 63 {
+		return false
+	}
+	for _, r := range name {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
+			return false
+		}
+	}
+	return true
 }

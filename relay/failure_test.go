@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/relay/deadletter"
+	"github.com/heraldhq/herald/relay/internal/store"
 	"github.com/heraldhq/herald/sinks"
 )
 
@@ -155,14 +156,21 @@ func TestSinkDownWritesNothingWhileDown(t *testing.T) {
 		evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%100)}
 	}
 	seqs := b.insert(t, evs...)
-	cfg.Observer = probeCounter{sink: "down", n: &probes}
+	// The batches wait for their sinks as long as a publish may last
+	// rather than handing off: what is counted is the outage's writes.
+	cfg.HandOffAfter = cfg.WithDefaults().PublishTimeout
+	var handedOff atomic.Int64
+	cfg.Observer = probeCounter{sink: "down", n: &probes, handedOff: &handedOff}
 	b.start(t, cfg)
 	waitFor(t, 20*time.Second, "the healthy sink to get every event and the backlog to be queued", func() bool {
-		return len(b.rec.forSink("good")) == events && b.count(t, "true") == 0
+		return len(b.rec.forSink("good")) == events && b.count(t, "true") == 0 && b.countDeliveries(t, "sink = 'good'") == 0
 	})
 	during, summary := writes.total(t)
-	if during > 2*events {
-		t.Fatalf("%d row writes to queue %d events for a sink that is down (%s), want at most 2 per event", during, events, summary)
+	// A machine that stalls past the hand-off budget still hands off:
+	// those events are counted.
+	if allowed := 2*events + 2*handedOff.Load(); during > allowed {
+		t.Fatalf("%d row writes to queue %d events for a sink that is down (%s, %d events handed off), want at most %d",
+			during, events, summary, handedOff.Load(), allowed)
 	}
 	// Each probe of the down sink is a claim and a Publish call; none may
 	// write.
@@ -175,9 +183,14 @@ func TestSinkDownWritesNothingWhileDown(t *testing.T) {
 	waitFor(t, 20*time.Second, "the down sink to catch up", func() bool {
 		return len(b.rec.forSink("down")) >= events && b.countDeliveries(t, "true") == 0
 	})
+	// Through the outage: the event's delete from the outbox, its
+	// delivery's insert and delete, and the promotions of the next head of
+	// each queue as it drains: a drain shares each claim between the keys'
+	// heads (two events each here: 100 keys, batches of 200), so each key
+	// gets a new head every two events.
 	total, summary := writes.total(t)
-	if total > 3*events {
-		t.Fatalf("%d row writes for %d events through an outage (%s), want at most 3 per event", total, events, summary)
+	if total > 3*events+events/2 {
+		t.Fatalf("%d row writes for %d events through an outage (%s), want at most 3.5 per event", total, events, summary)
 	}
 	t.Logf("row writes through the outage: %s (%.2f per event)", summary, float64(total)/events)
 	got := b.rec.all()
@@ -191,6 +204,17 @@ type probeCounter struct {
 	NopObserver
 	sink string
 	n    *atomic.Int64
+	// handedOff counts the events handed off (their sink had not
+	// answered within HandOffAfter): each costs a write more than the
+	// outage's own (a delivery inserted and then deleted, or updated
+	// once its result lands).
+	handedOff *atomic.Int64
+}
+
+func (p probeCounter) SinkHandedOff(_ string, events int) {
+	if p.handedOff != nil {
+		p.handedOff.Add(int64(events))
+	}
 }
 
 func (p probeCounter) SinkPublish(sink string, _ int, _ time.Duration) {
@@ -211,10 +235,10 @@ func TestClaimLocksNothing(t *testing.T) {
 	ctx := context.Background()
 	b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
 	s := b.session(t, "no-writes")
-	if _, _, _, err := s.refreshLanes(ctx, time.Minute, nil); err != nil {
+	if _, err := s.refreshLanes(ctx, time.Minute, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := s.claim(ctx, ^uint64(0), rowLimit(10), []string{""}, []int32{10}, 10, nil); err != nil || len(got) != 2 {
+	if got, _, err := s.claim(ctx, ^uint64(0), rowLimit(10), store.Position{}, []string{""}, []int32{10}, []int32{10}, nil); err != nil || len(got) != 2 {
 		t.Fatalf("claimed %d rows: %v", len(got), err)
 	}
 	if n := b.count(t, "xmax <> 0"); n != 0 {
@@ -299,10 +323,12 @@ func TestRelayHoldsBackAKeyWhateverTheSinkReports(t *testing.T) {
 	})
 }
 
-// TestUnroutedSinkDeadLettersItsDeliveries: deliveries waiting for a sink
-// that the event's route no longer names, or that no route names at all,
-// become dead letters saying so; they are never marked delivered.
-func TestUnroutedSinkDeadLettersItsDeliveries(t *testing.T) {
+// TestQueuesOutliveAConfigurationSlip: deliveries waiting for a sink that
+// a configuration leaves out (of one route, or of every route) are kept,
+// never dead-lettered, and reported; once the sink is configured again,
+// its queue resumes and delivers every event in key order. The earlier
+// design turned a whole backlog into dead letters in a ten-second slip.
+func TestQueuesOutliveAConfigurationSlip(t *testing.T) {
 	t.Parallel()
 	for name, routes := range map[string]func(up, other sinks.Sink) []Route{
 		"sink removed from the route": func(up, other sinks.Sink) []Route {
@@ -316,30 +342,82 @@ func TestUnroutedSinkDeadLettersItsDeliveries(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			eachStore(t, func(t *testing.T, b *testBundle) {
+				var down atomic.Bool
+				down.Store(true)
 				up := &testSink{name: "up", rec: b.rec}
-				flaky := &testSink{name: "flaky", rec: b.rec, fail: func(sinks.Event) error { return errBoom }}
-				cfg := b.config(t, up, flaky)
-				cfg.Backoff = Backoff{Initial: time.Hour, Max: time.Hour}
-				seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"}, ev{topic: "t"})
+				hook := &testSink{name: "hook", rec: b.rec, fail: func(sinks.Event) error {
+					if down.Load() {
+						return sinks.Unavailable(errors.New("connection refused"))
+					}
+					return nil
+				}}
+				cfg := b.config(t, up, hook)
+				evs := make([]ev, 200)
+				for i := range evs {
+					evs[i] = ev{topic: "t", key: fmt.Sprintf("k%d", i%10)}
+				}
+				seqs := b.insert(t, evs...)
 				stop := b.start(t, cfg)
-				waitFor(t, 10*time.Second, "the events waiting for flaky", func() bool {
-					return b.countDeliveries(t, "sink = 'flaky' AND state <> 'dead'") == 3
+				waitFor(t, 20*time.Second, "the backlog queued for the sink that is down", func() bool {
+					return b.count(t, "true") == 0 && b.countDeliveries(t, "sink = 'hook'") == len(seqs)
 				})
 				stop()
 
-				cfg.Routes = routes(up, &testSink{name: "flaky", rec: b.rec})
-				cfg.Backoff = Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
+				// The slip: a configuration without the sink, for a while.
+				slip := cfg
+				slip.Routes = routes(up, &testSink{name: "hook", rec: b.rec})
+				var unconfigured atomic.Int64
+				slip.Observer = unconfiguredGauge{n: &unconfigured}
+				r, err := b.db.newRelay(t, slip)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- r.Run(ctx) }()
+				b.db.exec(t, "UPDATE "+b.db.names().Deliveries()+" SET next_at = "+b.db.now()+" WHERE state = 'ready'")
+				if name == "sink removed from every route" {
+					waitFor(t, 20*time.Second, "the sink's deliveries reported", func() bool {
+						return unconfigured.Load() == int64(len(seqs)) && r.UnconfiguredSinks()["hook"] == int64(len(seqs))
+					})
+				} else {
+					waitFor(t, 20*time.Second, "the heads kept, saying why", func() bool {
+						return b.countDeliveries(t, "sink = 'hook' AND state = 'ready' AND last_error LIKE 'kept: %'") == 10
+					})
+				}
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				if n := b.countDeliveries(t, "state = 'dead'"); n != 0 {
+					t.Fatalf("%d dead letters after the slip, want none", n)
+				}
+
+				// The sink is configured again and listening.
+				down.Store(false)
 				b.db.exec(t, "UPDATE "+b.db.names().Deliveries()+" SET next_at = "+b.db.now()+" WHERE state = 'ready'")
 				b.start(t, cfg)
-				waitFor(t, 15*time.Second, "every waiting delivery dead-lettered", func() bool {
-					return b.countDeliveries(t, "sink = 'flaky' AND state = 'dead' AND last_error LIKE 'sink no longer routed%'") == 3
+				waitFor(t, 30*time.Second, "every event delivered to the sink", func() bool {
+					return len(b.rec.forSink("hook")) >= len(seqs) && b.countDeliveries(t, "true") == 0
 				})
-				if n := len(b.rec.forSink("flaky")); n != 0 {
-					t.Fatalf("flaky received %d events after it left the route", n)
-				}
-				exactlyOnce(t, b.rec.all(), "up", seqs)
+				got := b.rec.all()
+				checkKeyOrder(t, got)
+				exactlyOnce(t, got, "hook", seqs)
+				exactlyOnce(t, got, "up", seqs)
 			})
 		})
+	}
+}
+
+// unconfiguredGauge keeps the deliveries reported waiting for sink hook.
+type unconfiguredGauge struct {
+	NopObserver
+	n *atomic.Int64
+}
+
+func (g unconfiguredGauge) SinkUnconfigured(sink string, n int64) {
+	if sink == "hook" {
+		g.n.Store(n)
 	}
 }
 
@@ -397,18 +475,22 @@ func TestOwnerNameInUseIsRefused(t *testing.T) {
 }
 
 // TestPublishEndsWithTheLanesLease: a publish is bounded by the lanes'
-// lease as well as by publish_timeout, and a batch whose lease ran out while
-// it was published is not recorded: its lanes may have a new owner, which
-// delivers those events again.
+// lease as well as by publish_timeout. A batch whose sink has not answered
+// after hand_off_after is recorded with its event in flight (a delivery due
+// only once the call must have ended), within the lease; a batch whose
+// lease ran out before its record is not recorded: its lanes may have a new
+// owner, which delivers those events again.
 func TestPublishEndsWithTheLanesLease(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b *testBundle) {
 		ctx := context.Background()
 		deadline := make(chan time.Time, 1)
-		sink := &blockingSink{name: "slow", deadline: deadline}
+		// Concurrent: the second call does not wait for the first's turn.
+		sink := concurrentSink{&blockingSink{name: "slow", deadline: deadline}}
 		cfg := b.config(t, sink)
-		cfg.Lease = 10 * time.Second
-		cfg.PublishTimeout = 5 * time.Second
+		cfg.Lease = 4 * time.Second
+		cfg.PublishTimeout = 2 * time.Second
+		cfg.HandOffAfter = 200 * time.Millisecond
 		r, err := b.db.newRelay(t, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -417,8 +499,27 @@ func TestPublishEndsWithTheLanesLease(t *testing.T) {
 		if err := w.refreshLanes(ctx); err != nil {
 			t.Fatal(err)
 		}
+
+		// The lease outlasts the wait: the event is handed off, in flight.
 		b.insert(t, ev{topic: "t", key: "k"})
-		w.lanesExpire = time.Now().Add(300 * time.Millisecond)
+		w.lanesExpire = time.Now().Add(time.Hour)
+		if _, err := w.cycle(ctx); err != nil {
+			t.Fatalf("cycle = %v, want the batch recorded with its event in flight", err)
+		}
+		if got := <-deadline; got.After(time.Now().Add(cfg.PublishTimeout)) {
+			t.Fatalf("publish deadline %v, more than publish_timeout away", got)
+		}
+		if n := b.count(t, "true"); n != 0 {
+			t.Fatalf("%d rows left, want the event handed to the sink's queue", n)
+		}
+		if n := b.countDeliveries(t, "state = 'ready' AND attempts = 0 AND next_at > "+b.db.now()); n != 1 {
+			t.Fatalf("%d deliveries in flight, want the event's, due only after its call", n)
+		}
+
+		// The lease runs out before the wait: the call ends with it, and
+		// its batch is not recorded.
+		b.insert(t, ev{topic: "t", key: "other"})
+		w.lanesExpire = time.Now().Add(100 * time.Millisecond)
 		_, err = w.cycle(ctx)
 		if got := <-deadline; !got.Equal(w.lanesExpire) {
 			t.Fatalf("publish deadline %v, want the lanes' expiry %v", got, w.lanesExpire)
@@ -429,6 +530,7 @@ func TestPublishEndsWithTheLanesLease(t *testing.T) {
 		if n := b.count(t, "true"); n != 1 {
 			t.Fatalf("%d rows left, want the unrecorded event still pending", n)
 		}
+		w.calls.Wait()
 		if err := w.store.releaseAll(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -455,3 +557,66 @@ func (s *blockingSink) Publish(ctx context.Context, events []sinks.Event) []erro
 }
 
 func (s *blockingSink) Close(context.Context) error { return nil }
+
+// concurrentSink is a sink the relay may call concurrently.
+type concurrentSink struct{ sinks.Sink }
+
+func (concurrentSink) PublishesConcurrently() bool { return true }
+
+// TestFencedRecordIsReported: a batch whose lanes changed hands while it
+// was published records nothing of them, and says so (a fenced record,
+// counted by the Observer), instead of taking its rows for rows another
+// transaction holds locked; the lanes' new owner has the events.
+func TestFencedRecordIsReported(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, b *testBundle) {
+		ctx := context.Background()
+		thief := b.session(t, "thief")
+		var fencedLanes atomic.Int64
+		sink := &testSink{name: "mem", rec: b.rec, fail: func(sinks.Event) error {
+			// While the batch is published, its lanes change hands.
+			b.db.exec(t, "UPDATE "+b.db.names().Lanes()+" SET lease_until = "+b.db.now()+" - INTERVAL '1' SECOND")
+			if _, _, err := thief.store.AcquireLanes(ctx, thief.owner, time.Minute, 0, laneCount-1); err != nil {
+				t.Error(err)
+			}
+			return nil
+		}}
+		cfg := b.config(t, sink)
+		// The batch waits for the sink, which steals its lanes, before it
+		// records: a hand-off on a loaded machine would record first.
+		cfg.HandOffAfter = cfg.WithDefaults().PublishTimeout
+		cfg.Observer = fencedCounter{n: &fencedLanes}
+		r, err := b.db.newRelay(t, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := r.workers[0]
+		if err := w.refreshLanes(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.insert(t, ev{topic: "t", key: "k"})
+		if _, err := w.cycle(ctx); err != nil {
+			t.Fatalf("cycle = %v, want the fenced record reported, not failed", err)
+		}
+		if fencedLanes.Load() != 1 {
+			t.Fatalf("fenced lanes reported: %d, want the event's one lane", fencedLanes.Load())
+		}
+		if len(w.skip) != 0 {
+			t.Fatalf("the fenced row was set aside as if another transaction held it locked: %v", w.skip)
+		}
+		if n := b.count(t, "true"); n != 1 {
+			t.Fatalf("%d rows left, want the event, for the lanes' new owner", n)
+		}
+		if err := thief.releaseAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// fencedCounter counts the lanes of fenced records.
+type fencedCounter struct {
+	NopObserver
+	n *atomic.Int64
+}
+
+func (f fencedCounter) RecordFenced(lanes int) { f.n.Add(int64(lanes)) }

@@ -18,14 +18,14 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/internal/natstest"
+	"github.com/heraldhq/herald/internal/pgtest"
+	"github.com/heraldhq/herald/internal/smtptest"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/email"
-	"github.com/heraldhq/herald/sinks/email/smtptest"
 	"github.com/heraldhq/herald/sinks/kafka"
 	natssink "github.com/heraldhq/herald/sinks/nats"
-	"github.com/heraldhq/herald/sinks/nats/natstest"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
@@ -128,7 +128,7 @@ func TestFanOutToEveryRealSink(t *testing.T) {
 			{Sink: mailSink},
 		}}},
 	}
-	r, err := relay.New(pool, cfg)
+	r, err := relay.NewPostgres(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

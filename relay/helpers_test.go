@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,6 +85,24 @@ func eachStore(t *testing.T, test func(t *testing.T, b *testBundle)) {
 			test(t, s.setup(t))
 		})
 	}
+}
+
+// expireLeases ends the leases of the lanes owner holds a second ago on
+// the database's clock, the clock leases are compared on, as if owner had
+// stopped renewing them a lease ago: a test takes them over without
+// waiting for a lease.
+func (b *testBundle) expireLeases(t testing.TB, owner string) {
+	t.Helper()
+	b.db.exec(t, fmt.Sprintf("UPDATE %s SET lease_until = %s - INTERVAL '1' SECOND WHERE owner = '%s'",
+		b.db.names().Lanes(), b.db.now(), strings.ReplaceAll(owner, "'", "''")))
+}
+
+// makeDue makes the ready deliveries matching where due now on the
+// database's clock, the clock their next attempt is compared on: a test
+// sees a retry without waiting for its backoff.
+func (b *testBundle) makeDue(t testing.TB, where string) {
+	t.Helper()
+	b.db.exec(t, fmt.Sprintf("UPDATE %s SET next_at = %s WHERE state = 'ready' AND %s", b.db.names().Deliveries(), b.db.now(), where))
 }
 
 // session returns the session of a relay named owner on the test's tables.

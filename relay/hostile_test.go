@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/sinks"
 )
@@ -284,7 +284,7 @@ func TestRecordRefusedStopsPublishing(t *testing.T) {
 	var refusals atomic.Int64
 	cfg := b.config(t, sink)
 	cfg.Logger = slog.New(logCounter{testLogger(t).Handler(), "relay: recording failed", &refusals})
-	r, err := New(pool, cfg)
+	r, err := NewPostgres(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

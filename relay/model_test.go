@@ -30,8 +30,10 @@ var modelSeeds = []uint64{1, 2, 3, 4}
 
 // TestModel drives relays through a random sequence (seeded, printed) of
 // inserts over a few keys, sink failures (retryable, permanent, down,
-// flaky), dead letters replayed and purged, route edits, and relays killed
-// mid-batch (their database connections cut) and restarted. Then every sink
+// flaky), sinks turning slow (answers later than the relay waits, so that
+// events stay in flight across batches) or timing out (no answer before
+// the call's deadline), dead letters replayed and purged, route edits, and
+// relays killed mid-batch (their database connections cut) and restarted. Then every sink
 // heals, an operator replays what is dead (and purges what has no route),
 // and the test checks that the outbox and the queues drain, that every
 // event reached every sink of its route (or was purged there), and that at
@@ -70,44 +72,70 @@ func TestModel(t *testing.T) {
 type sinkMode int32
 
 const (
-	modeOK     sinkMode = iota
-	modeRetry           // every event fails, retryably
-	modeDown            // the sink is down (Unavailable)
-	modeFlaky           // a third of the attempts fail, retryably
-	modeRefuse          // events of one key are refused for good
+	modeOK      sinkMode = iota
+	modeRetry            // every event fails, retryably
+	modeDown             // the sink is down (Unavailable)
+	modeFlaky            // a third of the attempts fail, retryably
+	modeRefuse           // events of one key are refused for good
+	modeSlow             // each event is answered some tens of milliseconds late
+	modeTimeout          // nothing is answered before the call's deadline
 )
 
-var modeNames = []string{"ok", "retry", "down", "flaky", "refuse"}
+var modeNames = []string{"ok", "retry", "down", "flaky", "refuse", "slow", "timeout"}
 
 // modelSink answers as its mode says and records what it delivered. A naive
-// one keeps sending a key's events after one of them failed in the call.
+// one keeps sending a key's events after one of them failed in the call,
+// and answers only when its call returns; the others send one event at a
+// time (sinks.PublishEach), reporting each result as it comes.
 type modelSink struct {
 	name   string
 	naive  bool
 	rec    *recorder
 	mode   atomic.Int32
 	refuse atomic.Pointer[string]
+	limit  *sinks.Limiter
 }
 
 func (s *modelSink) Name() string { return s.name }
 
-func (s *modelSink) Publish(_ context.Context, events []sinks.Event) []error {
+// PublishesConcurrently: the one-at-a-time sinks are called concurrently,
+// the naive one takes turns.
+func (s *modelSink) PublishesConcurrently() bool { return !s.naive }
+
+func (s *modelSink) Publish(ctx context.Context, events []sinks.Event) []error {
+	if sinkMode(s.mode.Load()) == modeTimeout {
+		<-ctx.Done()
+		return sinks.Fill(len(events), ctx.Err())
+	}
+	if !s.naive {
+		return sinks.NewResults(ctx, events, nil).PublishEach(s.limit, s.publish)
+	}
 	errs := make([]error, len(events))
-	failed := map[string]bool{}
-	for i, e := range events {
-		if !s.naive && e.Key != "" && failed[e.Key] {
-			errs[i] = sinks.ErrSkipped
-			continue
-		}
-		if errs[i] = s.result(e); errs[i] != nil {
-			failed[e.Key] = true
-			continue
-		}
-		s.rec.mu.Lock()
-		s.rec.got = append(s.rec.got, received{sink: s.name, id: e.ID, key: e.Key, seq: e.Seq, attempt: e.Attempt, at: time.Now()})
-		s.rec.mu.Unlock()
+	for i := range events {
+		errs[i] = s.publish(ctx, &events[i])
 	}
 	return errs
+}
+
+// publish sends one event: late in modeSlow, then answered as the mode
+// says.
+func (s *modelSink) publish(ctx context.Context, e *sinks.Event) error {
+	if sinkMode(s.mode.Load()) == modeSlow {
+		h := fnv.New32a()
+		fmt.Fprintf(h, "%s/%d", e.ID, e.Attempt)
+		select {
+		case <-time.After(time.Duration(20+h.Sum32()%60) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := s.result(*e); err != nil {
+		return err
+	}
+	s.rec.mu.Lock()
+	s.rec.got = append(s.rec.got, received{sink: s.name, id: e.ID, key: e.Key, seq: e.Seq, attempt: e.Attempt, at: time.Now()})
+	s.rec.mu.Unlock()
+	return nil
 }
 
 func (s *modelSink) result(e sinks.Event) error {
@@ -193,7 +221,7 @@ func runModel(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"A", "B", "C"} {
-		m.sinks = append(m.sinks, &modelSink{name: name, naive: name == "B", rec: m.b.rec})
+		m.sinks = append(m.sinks, &modelSink{name: name, naive: name == "B", rec: m.b.rec, limit: sinks.NewLimiter(4)})
 	}
 	m.start()
 	m.start()
@@ -249,6 +277,8 @@ func (m *model) start() {
 		Lease:               2 * time.Second,
 		PollInterval:        50 * time.Millisecond,
 		MaxAttempts:         4,
+		HandOffAfter:        time.Duration(5+m.rnd.IntN(30)) * time.Millisecond,
+		MaxInFlight:         5 + m.rnd.IntN(60),
 		Backoff:             Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		SinkPause:           Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond},
 		ShutdownTimeout:     2 * time.Second,
@@ -256,7 +286,7 @@ func (m *model) start() {
 		Routes:              m.routes(),
 		Logger:              testLogger(m.t),
 	}
-	rl, err := New(r.proxy.pool(m.t, workers), cfg)
+	rl, err := NewPostgres(r.proxy.pool(m.t, workers), cfg)
 	if err != nil {
 		m.t.Fatal(err)
 	}

@@ -21,6 +21,9 @@ func NewMySQL(db *sql.DB, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Capture == CaptureWAL {
+		return nil, fmt.Errorf("database.capture: %w", errCaptureNeedsPostgres)
+	}
 	tables, err := mysqlmigrations.NewTables(cfg.Tables)
 	if err != nil {
 		return nil, err

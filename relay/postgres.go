@@ -4,6 +4,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/relay/internal/pgstore"
+	"github.com/heraldhq/herald/relay/internal/store"
+	"github.com/heraldhq/herald/relay/internal/walcapture"
 )
 
 // This file is the relay's PostgreSQL entry point, and the only file of the
@@ -11,15 +13,23 @@ import (
 // interface (relay/internal/store), whose PostgreSQL implementation is
 // relay/internal/pgstore (TestEngineKnowsNoDriver).
 
-// New returns a relay on a PostgreSQL pool, publishing through the sinks
+// NewPostgres returns a relay on a PostgreSQL pool, publishing through the sinks
 // named in cfg.Routes. Give it a pool of its own (see PoolSize and
 // ConfigurePool).
-func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
+func NewPostgres(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := newRelay(pgstore.New(pool, cfg.Tables), cfg)
+	if cfg.Capture == CaptureWAL {
+		tables := cfg.Tables.WithDefaults()
+		conn := pool.Config().ConnConfig.Config.Copy()
+		r.readLog(func() store.Capture {
+			return walcapture.New(walcapture.Config{Conn: conn, Slot: cfg.Slot, Publication: tables.PublicationName(),
+				Prefix: tables.MessagePrefix(), Buffer: 4 * cfg.BatchSize, Logger: r.log})
+		})
+	}
 	if conns, least := pool.Config().MaxConns, PoolSize(cfg.Workers)-1; conns < least {
 		r.log.Warn("relay: the connection pool is smaller than the relay needs; its loops will wait for each other",
 			"max_conns", conns, "needed", PoolSize(cfg.Workers))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/internal/pgtest"
 )
 
 // dbProxy forwards TCP connections to PostgreSQL until it is cut: then

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -12,8 +13,8 @@ import (
 
 // addDelivery appends a delivery to d, its attempts bounded and its error
 // stored clean (storedError).
-func addDelivery(d *store.Deliveries, seq int64, sink, state string, stops bool, attempts int, next time.Time, err error) {
-	d.Add(seq, sink, state, stops, int32(min(attempts, maxAttempts)), next, storedError(err))
+func addDelivery(d *store.Deliveries, seq int64, sink, state string, stops bool, attempts int, delay time.Duration, err error) {
+	d.Add(seq, sink, state, stops, int32(min(attempts, maxAttempts)), delay, storedError(err))
 }
 
 // maxAttempts bounds an attempts count: the column is an integer.
@@ -53,19 +54,42 @@ type outcome struct {
 }
 
 // insert adds a new delivery of it on sink.
-func (o *outcome) insert(it *item, sink, state string, stops bool, attempts int, next time.Time, err error) {
+func (o *outcome) insert(it *item, sink, state string, stops bool, attempts int, delay time.Duration, err error) {
 	rows := &o.FromOutbox
-	if it.delivery {
+	switch {
+	case it.delivery:
 		rows = &o.FromRouting
+	case it.logged != nil:
+		rows = &o.FromEvents
+		o.addEvent(it.logged)
 	}
-	addDelivery(rows, it.seq, sink, state, stops, attempts, next, err)
+	addDelivery(rows, it.seq, sink, state, stops, attempts, delay, err)
+}
+
+// addEvent adds e to the events FromEvents' deliveries are written from,
+// unless it is there already.
+func (o *outcome) addEvent(e *store.Event) {
+	for i := range o.Events {
+		if o.Events[i].Seq == e.Seq {
+			return
+		}
+	}
+	o.Events = append(o.Events, *e)
 }
 
 // record writes a batch's outcome in one round trip and one transaction,
 // fenced by lane: rows of lanes this relay lost are left to their new owner.
 // It returns the outbox rows it left in place because another transaction
 // held them locked.
-func (s *session) record(ctx context.Context, o *outcome, keepDone bool) (left []int64, err error) {
+func (s *session) record(ctx context.Context, o *outcome, keepDone bool) (store.Recorded, error) {
+	if o.Happy() && len(o.OutboxSeqs) == 0 {
+		return store.Recorded{}, nil // nothing to write
+	}
+	if o.Fence.Mask == 0 {
+		// It would write nothing: every outcome comes from work claimed in
+		// some lanes, under their leases.
+		return store.Recorded{}, errors.New("recording an outcome without the leases it was claimed under")
+	}
 	return s.store.Record(ctx, s.owner, &o.Outcome, keepDone)
 }
 
@@ -79,6 +103,7 @@ func (o *outcome) split() []*outcome {
 		p := parts[seq]
 		if p == nil {
 			p = &outcome{keyOf: o.keyOf}
+			p.Fence = o.Fence
 			parts[seq] = p
 			order = append(order, seq)
 		}
@@ -95,6 +120,9 @@ func (o *outcome) split() []*outcome {
 		for j, seq := range d.Seqs {
 			part(seq).rowSets()[i].CopyRow(d, j)
 		}
+	}
+	for i := range o.Events {
+		part(o.Events[i].Seq).Events = o.Events[i : i+1]
 	}
 	for i, seq := range o.DeleteSeqs {
 		part(seq).Delete(o.DeleteSinks[i], seq)
@@ -118,7 +146,7 @@ func (o *outcome) split() []*outcome {
 
 // rowSets lists the outcome's deliveries to write, always in this order.
 func (o *outcome) rowSets() []*store.Deliveries {
-	return []*store.Deliveries{&o.FromOutbox, &o.FromRouting, &o.Demote, &o.Heads}
+	return []*store.Deliveries{&o.FromOutbox, &o.FromRouting, &o.FromEvents, &o.Demote, &o.Heads}
 }
 
 // setAside returns the writes that make event seq, whose outcome p the
@@ -128,10 +156,15 @@ func (o *outcome) rowSets() []*store.Deliveries {
 func (p *outcome) setAside(seq int64, stopKey bool, why error) *outcome {
 	stops := stopKey && p.keyOf(seq) != ""
 	aside := &outcome{keyOf: p.keyOf}
-	if len(p.OutboxSeqs) > 0 {
+	aside.Fence = p.Fence
+	switch {
+	case len(p.OutboxSeqs) > 0:
 		aside.OutboxSeqs, aside.OutboxKeys = p.OutboxSeqs, p.OutboxKeys
-		addDelivery(&aside.FromOutbox, seq, "", store.Dead, stops, 0, time.Time{}, why)
-	} else {
+		addDelivery(&aside.FromOutbox, seq, "", store.Dead, stops, 0, 0, why)
+	case p.FromEvents.Len() > 0:
+		aside.Events = p.Events
+		addDelivery(&aside.FromEvents, seq, "", store.Dead, stops, 0, 0, why)
+	default:
 		sinks := map[string]bool{}
 		for _, d := range []*store.Deliveries{&p.Demote, &p.Heads} {
 			for _, s := range d.Sinks {
@@ -146,9 +179,9 @@ func (p *outcome) setAside(seq int64, stopKey bool, why error) *outcome {
 		}
 		for s := range sinks {
 			if stops {
-				addDelivery(&aside.Heads, seq, s, store.Dead, true, 0, time.Time{}, why)
+				addDelivery(&aside.Heads, seq, s, store.Dead, true, 0, 0, why)
 			} else {
-				addDelivery(&aside.Demote, seq, s, store.Dead, false, 0, time.Time{}, why)
+				addDelivery(&aside.Demote, seq, s, store.Dead, false, 0, 0, why)
 			}
 		}
 	}

@@ -13,12 +13,13 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/heraldhq/herald/internal/routefilter"
 	"github.com/heraldhq/herald/relay/internal/store"
-	"github.com/heraldhq/herald/relay/routefilter"
+	"github.com/heraldhq/herald/relay/internal/throughput"
 	"github.com/heraldhq/herald/sinks"
 )
 
-// Relay claims, publishes and records outbox events. Create it with New and
+// Relay claims, publishes and records outbox events. Create it with NewPostgres or NewMySQL and
 // call Run; several relays (in one process or many) may share a database.
 type Relay struct {
 	cfg Config
@@ -55,6 +56,9 @@ type Relay struct {
 	supersededSince map[*worker]time.Time
 	// config is the fingerprint of the routes (see configFingerprint).
 	config string
+	// throughput counts each sink's deliveries and failures over the
+	// recent past, for the admin console's charts.
+	throughput *throughput.History
 
 	// tracer is nil when tracing is off.
 	tracer trace.Tracer
@@ -69,6 +73,11 @@ type Relay struct {
 	recorded    atomic.Int64
 	queued      atomic.Int64
 	vacuumCheck chan struct{}
+	// unconfigured holds, under unconfiguredMu, the deliveries waiting for
+	// each sink the routes do not name (reportUnconfigured).
+	unconfiguredMu sync.Mutex
+	unconfigured   map[string]int64
+
 	// vacuumEvery spaces the vacuum loop's own looks: maintainEvery. Tests
 	// change it to tell the vacuums it asks for from those of its looks.
 	vacuumEvery time.Duration
@@ -92,7 +101,10 @@ type routeTarget struct {
 // newRelay returns a relay on st publishing through the sinks named in
 // cfg.Routes, which has its defaults.
 func newRelay(st store.Store, cfg Config) *Relay {
+	history := throughput.New(throughputWindow, throughputStep)
+	cfg.Observer = Observers(cfg.Observer, throughputObserver{history: history})
 	r := &Relay{
+		throughput:      history,
 		cfg:             cfg,
 		store:           st,
 		log:             cfg.Logger.With("relay", cfg.Owner),
@@ -113,14 +125,15 @@ func newRelay(st store.Store, cfg Config) *Relay {
 			owner = fmt.Sprintf("%s/%d", cfg.Owner, i)
 		}
 		r.workers = append(r.workers, &worker{
-			r:      r,
-			index:  i,
-			store:  &session{store: st, owner: owner, config: r.config},
-			log:    cfg.Logger.With("relay", owner),
-			wake:   make(chan struct{}, 1),
-			relane: make(chan struct{}, 1),
-			stats:  map[store.StatKey]int64{},
-			skip:   map[int64]skipEntry{},
+			r:       r,
+			index:   i,
+			store:   &session{store: st, owner: owner, config: r.config},
+			log:     cfg.Logger.With("relay", owner),
+			wake:    make(chan struct{}, 1),
+			relane:  make(chan struct{}, 1),
+			results: make(chan struct{}, 1),
+			stats:   map[store.StatKey]int64{},
+			skip:    map[int64]skipEntry{},
 		})
 	}
 	if cfg.TracerProvider != nil {
@@ -133,9 +146,10 @@ func newRelay(st store.Store, cfg Config) *Relay {
 		for _, t := range rc.Targets {
 			st := r.sinkStates[t.Sink.Name()]
 			if st == nil {
-				st = &sinkState{Sink: t.Sink, name: t.Sink.Name()}
-				if c, ok := t.Sink.(sinks.ConcurrentPublisher); ok {
-					st.concurrent = c.PublishesConcurrently()
+				st = &sinkState{Sink: t.Sink, name: t.Sink.Name(),
+					maxInFlight: int64(cfg.MaxInFlight), maxInFlightBytes: cfg.MaxBatchBytes}
+				if c, ok := t.Sink.(sinks.ConcurrentPublisher); !ok || !c.PublishesConcurrently() {
+					st.turn = make(chan struct{}, 1)
 				}
 				r.sinkStates[st.name] = st
 				r.sinkNames = append(r.sinkNames, st.name)
@@ -149,6 +163,7 @@ func newRelay(st store.Store, cfg Config) *Relay {
 	// it has a series to watch before the first outage.
 	for _, name := range r.sinkNames {
 		cfg.Observer.SinkPaused(name, false)
+		cfg.Observer.SinkInFlight(name, 0)
 	}
 	return r
 }
@@ -167,28 +182,55 @@ func (rt *route) target(sink string) *routeTarget {
 }
 
 // queueSinks lists the queues to claim from at now, with the most heads
-// to claim from each (share, or one for a probe): the routing step's ("")
-// and every sink's that is not paused.
-func (r *Relay) queueSinks(now time.Time, share int32) (names []string, limits []int32) {
-	names = make([]string, 1, len(r.sinkNames)+1)
-	limits = make([]int32, 1, len(r.sinkNames)+1)
-	limits[0] = share
+// and rows to claim from each: the routing step's ("") and every sink's
+// that is neither paused nor busy, share heads and rows each, no more than
+// the sink has room for (one head for a probe).
+func (r *Relay) queueSinks(now time.Time, share int32) (names []string, heads, rows []int32) {
+	names = append(make([]string, 0, len(r.sinkNames)+1), "")
+	heads = append(make([]int32, 0, len(r.sinkNames)+1), share)
+	rows = append(make([]int32, 0, len(r.sinkNames)+1), share)
 	for _, name := range r.sinkNames {
 		st := r.sinkStates[name]
+		room := int32(min(st.room(), int(share)))
 		switch {
 		case st.pausedTill().After(now):
+		case room <= 0:
+			st.busy.Store(true) // the answer that makes room wakes the workers
 		case st.probing(now):
 			// A probe claims one queue: if the sink is still down, the
 			// heads of the others were not read for nothing. (One
 			// delivery would do, but a queue cut short must then have
 			// its next delivery made head, a write more.)
-			names, limits = append(names, name), append(limits, 1)
+			names, heads, rows = append(names, name), append(heads, 1), append(rows, room)
 		default:
-			names, limits = append(names, name), append(limits, share)
+			names, heads, rows = append(names, name), append(heads, room), append(rows, room)
 		}
 	}
-	return names, limits
+	return names, heads, rows
 }
+
+// handOffAfter is how long a batch waits for its sinks' answers: at least
+// Config.HandOffAfter, and four times what the relay's fastest sink
+// usually takes to answer an event. A sink is slow next to the others: on
+// a host where everything takes longer (a loaded machine, a pause of the
+// runtime), the fastest sink takes longer too, and handing events off
+// would only write rows for nothing.
+func (r *Relay) handOffAfter() time.Duration {
+	var fastest int64
+	for _, s := range r.sinkStates {
+		if t := s.answerTime.Load(); t > 0 && (fastest == 0 || t < fastest) {
+			fastest = t
+		}
+	}
+	return max(r.cfg.HandOffAfter, 4*time.Duration(fastest))
+}
+
+// now is this host's time (Config.Clock).
+func (r *Relay) now() time.Time { return r.cfg.Clock() }
+
+// sinkFreed tells every worker that a sink that was busy has room again:
+// its queue is worth claiming now.
+func (r *Relay) sinkFreed() { r.signal(true) }
 
 // topicInfo is what the relay knows of a topic: the routes whose patterns
 // match it, in order (the first whose filter passes applies to an event),
@@ -304,7 +346,7 @@ func (r *Relay) pause(s *sinkState, err error) {
 	s.mu.Lock()
 	s.failures++
 	failures := s.failures
-	s.pausedUntil = time.Now().Add(r.cfg.SinkPause.Delay(failures))
+	s.pausedUntil = r.now().Add(r.cfg.SinkPause.Delay(failures))
 	until := s.pausedUntil
 	s.mu.Unlock()
 	if failures == 1 {
@@ -392,9 +434,33 @@ func (r *Relay) Superseded() time.Time {
 	return since
 }
 
-// Config returns the fingerprint of the relay's routes and sinks that
-// relays sharing its outbox compare.
-func (r *Relay) Config() string { return r.config }
+// ConfigFingerprint returns the fingerprint of the relay's routes and sinks
+// that relays sharing its outbox compare.
+func (r *Relay) ConfigFingerprint() string { return r.config }
+
+// SinkNames returns the names of the sinks the relay's routes send to,
+// sorted.
+func (r *Relay) SinkNames() []string { return slices.Clone(r.sinkNames) }
+
+// RouteSinks returns the sinks an event of topic may be sent to: those of
+// the first route whose patterns match it and has no where filter, and of
+// every route with a filter before it (which one applies depends on the
+// event). It returns none when no route matches.
+func (r *Relay) RouteSinks(topic string) []string {
+	var names []string
+	for _, rt := range r.topic(topic).routes {
+		for _, t := range rt.targets {
+			if !slices.Contains(names, t.state.name) {
+				names = append(names, t.state.name)
+			}
+		}
+	}
+	return names
+}
+
+// Retention returns how long the relay keeps a delivered event's row
+// (Config.Retention, after defaults).
+func (r *Relay) Retention() time.Duration { return r.cfg.Retention }
 
 // pausedSinkNames returns the names of the sinks paused now, sorted.
 func (r *Relay) pausedSinkNames() []string {
@@ -480,6 +546,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			return fmt.Errorf("relay.owner: a relay named %q is already running (its heartbeat lasts until %s); "+
 				"two relays with one name would share lanes", w.store.owner, until.UTC().Format(time.RFC3339))
 		}
+	}
+	if err := r.prepareLog(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	// Work in flight may outlive ctx by ShutdownTimeout.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))

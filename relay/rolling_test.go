@@ -27,7 +27,7 @@ func TestRollingRouteChange(t *testing.T) {
 
 	oldCfg := b.config(t, &testSink{name: "a", rec: oldRec})
 	oldCfg.Owner = "old"
-	old, err := New(b.pool, oldCfg)
+	old, err := NewPostgres(b.pool, oldCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/heraldhq/herald/relay/internal/store"
@@ -19,51 +18,83 @@ type session struct {
 	store  store.Store
 	owner  string
 	config string
+	// whole: the first live relay holds every lane, the others none
+	// (CaptureWAL: the relay reading the log delivers every key).
+	whole bool
+}
+
+// laneRefresh is what a refresh of the lanes found and did.
+type laneRefresh struct {
+	// held are the lanes held after it, with their epochs; block the
+	// lanes the relay should hold (those of its rank).
+	held  store.Leases
+	block uint64
+	// takenOver are lanes just taken over from an owner whose lease had
+	// expired.
+	takenOver uint64
+	// superseded: a relay with a newer configuration is live.
+	superseded bool
+	// now is the database's clock.
+	now time.Time
 }
 
 // refreshLanes renews this relay's heartbeat (with the sinks it holds
 // paused) and lanes, then moves towards holding its block: the live relays
 // with the newest configuration, ordered by owner name, split the
 // lanes into consecutive blocks of 64 / live (the first ones a lane smaller
-// when it does not divide). Lanes outside the block are released; free
-// lanes inside it are acquired (those still held by a relay that has not
-// yet seen the change come at a later refresh). A block of neighbours,
+// when it does not divide). Lanes outside the block are released, but for
+// those in keep (events of them are in flight: they go once recorded);
+// free lanes inside it are acquired (those still held by a relay that has
+// not yet seen the change come at a later refresh). A block of neighbours,
 // rather than any set of lanes, keeps the claim's lane range (lowest to
-// highest lane held) free of other relays' lanes. It returns the lanes
-// held, and those just taken over from an owner whose lease had expired, as
-// bit masks. A relay whose configuration is not the newest releases its
-// lanes and reports that it is superseded.
-func (s *session) refreshLanes(ctx context.Context, lease time.Duration, paused []string) (held, takenOver uint64, superseded bool, err error) {
+// highest lane held) free of other relays' lanes. A relay whose
+// configuration is not the newest gives up its block and reports that it
+// is superseded.
+func (s *session) refreshLanes(ctx context.Context, lease time.Duration, paused []string, keep uint64) (laneRefresh, error) {
 	v, err := s.store.Renew(ctx, s.owner, s.config, lease, paused)
 	if err != nil {
-		return 0, 0, false, err
+		return laneRefresh{}, err
 	}
+	out := laneRefresh{held: v.Held, now: v.Now}
 	if !v.Current {
 		// A relay with a newer configuration is live: it takes the lanes.
-		if v.Held != 0 {
-			if err := s.store.ReleaseLanes(ctx, s.owner, v.Held); err != nil {
-				return 0, 0, true, fmt.Errorf("giving lanes to relays with a newer configuration: %w", err)
-			}
-		}
-		return 0, 0, true, nil
+		out.superseded = true
+	} else {
+		first, last := s.block(v.Rank, v.Live)
+		out.block = laneRange(first, last)
 	}
-	first, last := laneBlock(v.Rank, v.Live)
-	block := laneRange(first, last)
-	held = v.Held & block
-	if extra := v.Held &^ block; extra != 0 {
+	if extra := v.Held.Mask &^ out.block &^ keep; extra != 0 {
 		if err := s.store.ReleaseLanes(ctx, s.owner, extra); err != nil {
-			return 0, 0, false, err
+			return laneRefresh{}, fmt.Errorf("releasing lanes outside this relay's block: %w", err)
 		}
+		out.held.Mask &^= extra
 	}
-	if held != block {
+	if out.block != 0 && out.held.Mask&out.block != out.block {
+		first, last := s.block(v.Rank, v.Live)
 		acquired, taken, err := s.store.AcquireLanes(ctx, s.owner, lease, first, last)
 		if err != nil {
-			return 0, 0, false, err
+			return laneRefresh{}, err
 		}
-		held |= acquired
-		takenOver = taken
+		for lane := range laneCount {
+			if acquired.Mask&(1<<uint(lane)) != 0 {
+				out.held.Add(lane, acquired.Epochs[lane])
+			}
+		}
+		out.takenOver = taken
 	}
-	return held, takenOver, false, nil
+	return out, nil
+}
+
+// block is the first and last lane of the block of the relay of rank rank
+// among live ones; first > last when it has none.
+func (s *session) block(rank, live int) (first, last int) {
+	if !s.whole {
+		return laneBlock(rank, live)
+	}
+	if rank == 0 {
+		return 0, laneCount - 1
+	}
+	return 1, 0
 }
 
 // laneBlock is the first and last lane of block rank (from 0) when live
@@ -120,36 +151,6 @@ func (s *session) maintain(ctx context.Context, retention time.Duration) (purged
 		}
 		if n < upkeepChunk || ctx.Err() != nil {
 			return purged, nil
-		}
-	}
-}
-
-// deadLetterUnrouted turns the deliveries of this relay's lanes that wait
-// for a sink outside routed (the sinks the routes name, and "" for the
-// routing step) into dead letters, in bounded batches. It returns how many.
-func (s *session) deadLetterUnrouted(ctx context.Context, routed []string) (int64, error) {
-	present, err := s.store.SinksWithDeliveries(ctx)
-	if err != nil {
-		return 0, err
-	}
-	var gone []string
-	for _, sink := range present {
-		if sink != "" && !slices.Contains(routed, sink) {
-			gone = append(gone, sink)
-		}
-	}
-	if len(gone) == 0 {
-		return 0, nil
-	}
-	var total int64
-	for {
-		n, err := s.store.DeadLetterSinks(ctx, s.owner, gone, upkeepChunk)
-		total += n
-		if err != nil {
-			return total, err
-		}
-		if n < upkeepChunk || ctx.Err() != nil {
-			return total, nil
 		}
 	}
 }

@@ -26,11 +26,11 @@ func TestLanesStayInBlocks(t *testing.T) {
 			// take what was released.
 			for range 3 {
 				for _, s := range stores {
-					held, _, _, err := s.refreshLanes(ctx, lease, nil)
+					v, err := s.refreshLanes(ctx, lease, nil, 0)
 					if err != nil {
 						t.Fatal(err)
 					}
-					masks[s.owner] = held
+					masks[s.owner] = v.held.Mask
 				}
 			}
 		}

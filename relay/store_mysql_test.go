@@ -10,9 +10,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/internal/mysqlstore"
 	"github.com/heraldhq/herald/sinks"

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/internal/pgstore"
 )
@@ -115,7 +115,7 @@ func (d pgDB) lockRow(t testing.TB, seq int64) (unlock func()) {
 
 // newRelay shares the test's pool: PostgreSQL's relays need no settings of
 // their own to be tested.
-func (d pgDB) newRelay(_ testing.TB, cfg Config) (*Relay, error) { return New(d.pool, cfg) }
+func (d pgDB) newRelay(_ testing.TB, cfg Config) (*Relay, error) { return NewPostgres(d.pool, cfg) }
 
 func (d pgDB) session(_ testing.TB, owner string) *session {
 	return &session{store: pgstore.New(d.pool, d.tables), owner: owner}

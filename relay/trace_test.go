@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/outbox"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/sinks/webhook"
@@ -65,7 +65,7 @@ func TestTraceContinuesFromProducerToWebhook(t *testing.T) {
 	}
 	producer.End()
 
-	r, err := relay.New(pool, relay.Config{
+	r, err := relay.NewPostgres(pool, relay.Config{
 		Tables: tables, PollOnly: true, PollInterval: 20 * time.Millisecond, TracerProvider: tp, Propagator: prop,
 		Routes: []relay.Route{{Topics: []string{"*"}, Targets: []relay.Target{{Sink: hook}}}},
 		Logger: slog.New(slog.DiscardHandler),

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/relay/deadletter"
 )
 

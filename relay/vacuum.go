@@ -55,12 +55,12 @@ func (r *Relay) askVacuumLoop() {
 // more than vacuumAfterDeadTuples dead tuples, and analyzes either when it
 // has grown (store.MaintainTables), looking at start, every vacuumEvery and whenever
 // countRecorded or countQueued asks. Every delivered event leaves a dead tuple
-// that claims walk past until a vacuum removes it: at 10,000 events/s a
-// look every 10 s let 100,000 pile up between vacuums, and the claims of the
-// last seconds before each one drove the p99 latency up. Full batches (a
-// backlog draining) do not ask: a vacuum reads the whole table, most of it
-// still live then, and looking every 5,000 of them made a 200,000-event
-// drain 25 % slower.
+// that claims walk past until a vacuum removes it: at a high rate, looks on
+// a fixed period alone let so many pile up between vacuums that the claims
+// before each one drive the tail latency up. Full batches (a backlog
+// draining) do not ask: a vacuum reads the whole table, most of it still
+// live then, and asking that often slows the drain (docs/benchmarks.md has
+// both measurements).
 func (r *Relay) vacuumLoop(ctx context.Context) {
 	tick := time.NewTicker(r.vacuumEvery)
 	defer tick.Stop()
@@ -78,8 +78,8 @@ func (r *Relay) vacuumLoop(ctx context.Context) {
 		}
 		start := time.Now()
 		done, err := r.store.MaintainTables(ctx, vacuumAfterDeadTuples)
-		if so, ok := r.cfg.Observer.(StoreObserver); ok && err == nil {
-			so.HistoryLength(done.HistoryLength)
+		if err == nil && done.MySQL {
+			r.cfg.Observer.HistoryLength(done.HistoryLength)
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:

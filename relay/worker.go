@@ -29,7 +29,11 @@ type worker struct {
 	// lanes that it may take.
 	relane chan struct{}
 
-	mask uint64 // lanes held
+	// leases are the lanes held, with their epochs; block are the lanes
+	// this worker should hold: it claims only in both. A lane outside the
+	// block is released once no event of it is in flight.
+	leases store.Leases
+	block  uint64
 	// lanesValidUntil: past it, the lane leases may have been taken over and
 	// no event may be claimed until they are renewed.
 	lanesValidUntil time.Time
@@ -65,6 +69,32 @@ type worker struct {
 	queueTurn int
 	// freshFlowing: the last claim found new events in the outbox.
 	freshFlowing bool
+	// position is where the next claim of the outbox starts its walk of
+	// the claim index: after the last row of a full batch, so that a long
+	// backlog's drain does not walk, at every claim, the entries of the
+	// rows it delivered (dead until a vacuum). A row behind it (a
+	// transaction that committed late, a delayed event come due, a row
+	// set aside) is found by a walk from the beginning: when a claim is
+	// not full, and at least every poll interval (nextWalk).
+	position store.Position
+	nextWalk time.Time
+
+	// flights are events handed off while their calls run (see flight),
+	// calls counts the calls running, and results is signalled (without
+	// blocking) when a call has a new result.
+	flights []*flight
+	calls   sync.WaitGroup
+	results chan struct{}
+	// clockSkew is the database's clock minus this host's, as the last
+	// renewal of the lanes found it: event ages (created_at is the
+	// database's time) are measured on the database's clock.
+	clockSkew time.Duration
+
+	// capture reads the database's log (CaptureWAL); nil otherwise.
+	capture *capture
+	// taken are the events of the batch read from the log, settled once
+	// the batch is recorded.
+	taken []store.LogEvent
 
 	// maintaining is set while a round of upkeep runs in the background.
 	maintaining atomic.Bool
@@ -88,6 +118,10 @@ const (
 func (w *worker) run(ctx, work context.Context) {
 	w.loop(ctx, work)
 	w.upkeep.Wait() // it stops with ctx
+	w.land(work)
+	if w.capture != nil {
+		w.capture.stop() // confirming what was settled
+	}
 	w.flushStats(work)
 	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -126,7 +160,11 @@ func (w *worker) loop(ctx, work context.Context) {
 			if w.index == 0 {
 				w.maintainInBackground(ctx)
 			}
-			w.deadLetterUnrouted(work)
+			if w.capture != nil && w.capture.reader != nil {
+				if err := w.r.checkSlot(work, false); err != nil {
+					w.log.Warn("relay: reading the replication slot's state failed", "error", err)
+				}
+			}
 			nextMaintain = now.Add(maintainEvery)
 		}
 		if !now.Before(nextStats) {
@@ -161,6 +199,8 @@ func (w *worker) loop(ctx, work context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-w.wake:
+		case <-w.results:
+		case <-w.captureArrived():
 		case <-w.relane:
 			nextLanes = time.Time{}
 		case <-timer.C:
@@ -174,21 +214,10 @@ func (w *worker) loop(ctx, work context.Context) {
 	}
 }
 
-// deadLetterUnrouted turns deliveries of this worker's lanes that wait for
-// a sink no route names any more into dead letters.
-func (w *worker) deadLetterUnrouted(ctx context.Context) {
-	n, err := w.store.deadLetterUnrouted(ctx, w.r.sinkNames)
-	switch {
-	case err != nil && ctx.Err() == nil:
-		w.log.Warn("relay: dead-lettering deliveries for sinks no route names failed", "error", err)
-	case n > 0:
-		w.log.Warn("relay: deliveries waiting for sinks no route names are dead letters now", "count", n)
-	}
-}
-
 // maintainInBackground runs one round of upkeep off the claim loop, unless
-// the previous round is still running: departed relays, and delivered rows
-// past retention.
+// the previous round is still running: departed relays, delivered rows
+// past retention, and the deliveries waiting for sinks the configuration
+// does not name.
 func (w *worker) maintainInBackground(ctx context.Context) {
 	if !w.maintaining.CompareAndSwap(false, true) {
 		return
@@ -204,23 +233,24 @@ func (w *worker) maintainInBackground(ctx context.Context) {
 		} else if purged > 0 {
 			w.log.Info("relay: removed delivered events past retention", "count", purged)
 		}
+		w.r.reportUnconfigured(ctx)
 	}()
 }
 
 func (w *worker) refreshLanes(ctx context.Context) error {
 	start := time.Now()
-	mask, takenOver, superseded, err := w.store.refreshLanes(ctx, w.r.cfg.Lease, w.r.pausedSinkNames())
+	v, err := w.store.refreshLanes(ctx, w.r.cfg.Lease, w.r.pausedSinkNames(), w.flightLanes())
 	if err != nil {
 		return err
 	}
-	w.r.setSuperseded(w, superseded)
-	if w.mask&^mask != 0 {
+	w.r.setSuperseded(w, v.superseded)
+	if w.block&^v.block != 0 {
 		// Lanes given up (the blocks moved): siblings may take them now
 		// rather than at their next refresh.
 		w.r.relaneSiblings(w)
 	}
 	for lane := range uint(laneCount) {
-		if takenOver&(1<<lane) != 0 {
+		if v.takenOver&(1<<lane) != 0 {
 			if w.quarantine == nil {
 				w.quarantine = map[uint]time.Time{}
 			}
@@ -229,11 +259,16 @@ func (w *worker) refreshLanes(ctx context.Context) error {
 				"lane", lane, "until", w.quarantine[lane])
 		}
 	}
-	if mask != w.mask {
-		w.log.Debug("relay: lanes changed", "held", bits.OnesCount64(mask))
+	if v.held.Mask&v.block != w.leases.Mask&w.block {
+		w.log.Debug("relay: lanes changed", "held", bits.OnesCount64(v.held.Mask&v.block))
 		w.queuesDirty.Store(true)
+		w.position = store.Position{} // the new lanes' rows may be anywhere
 	}
-	w.mask = mask
+	w.leases, w.block = v.held, v.block
+	w.dropStaleFlights()
+	if !v.now.IsZero() {
+		w.clockSkew = v.now.Sub(w.r.now())
+	}
 	// Leases were renewed at or after start; trust them for most of a lease.
 	w.lanesValidUntil = start.Add(w.r.cfg.Lease * 2 / 3)
 	w.lanesExpire = start.Add(w.r.cfg.Lease)
@@ -245,7 +280,7 @@ func (w *worker) claimableLanes(now time.Time) uint64 {
 	if now.After(w.lanesValidUntil) {
 		return 0 // lane leases may have lapsed: claim nothing until renewed
 	}
-	mask := w.mask
+	mask := w.leases.Mask & w.block
 	for lane, until := range w.quarantine {
 		if now.Before(until) {
 			mask &^= 1 << lane
@@ -256,33 +291,56 @@ func (w *worker) claimableLanes(now time.Time) uint64 {
 	return mask
 }
 
-// cycle claims one batch, publishes it and records the outcome. It returns
-// the number of events and deliveries claimed.
+// age is how old an event created at created (the database's time) is at
+// now (this host's), on the database's clock.
+func (w *worker) age(created, now time.Time) time.Duration {
+	return now.Add(w.clockSkew).Sub(created)
+}
+
+// resultArrived wakes the worker (its batch's wait, or its idle loop): a
+// call has a new result.
+func (w *worker) resultArrived() {
+	select {
+	case w.results <- struct{}{}:
+	default:
+	}
+}
+
+// cycle claims one batch, publishes it, waits for its results at most
+// HandOffAfter and records the outcome, with the results of earlier
+// batches' flights that arrived meanwhile. It returns the number of events
+// and deliveries claimed.
 func (w *worker) cycle(ctx context.Context) (int, error) {
 	cfg := w.r.cfg
-	now := time.Now()
-	mask := w.claimableLanes(now)
+	start := time.Now()
+	fence := w.leases // the leases the claim is made under: the record is fenced by them
+	mask := w.claimableLanes(start)
 	var queueSinks []string
-	var queueHeads []int32
-	var queueRows int
-	if w.queuesDirty.Swap(false) || !now.Before(w.nextQueueClaim) {
+	var queueHeads, queueRows []int32
+	if w.queuesDirty.Swap(false) || !start.Before(w.nextQueueClaim) {
 		// While new events flow, a queue claim takes a quarter of a
 		// batch per sink: catching up after an outage then costs each
 		// cycle, and so the new events' latency, little.
-		queueRows = cfg.BatchSize
+		share := cfg.BatchSize
 		if w.freshFlowing {
-			queueRows = max(1, queueRows/4)
+			share = max(1, share/4)
 		}
-		queueSinks, queueHeads = w.r.queueSinks(now, int32(queueRows))
+		queueSinks, queueHeads, queueRows = w.r.queueSinks(w.r.now(), int32(share))
 		// The sinks take turns at coming first: when the claim's bytes
 		// run short, the first ones get them.
 		w.queueTurn = (w.queueTurn + 1) % len(queueSinks)
 		queueSinks = slices.Concat(queueSinks[w.queueTurn:], queueSinks[:w.queueTurn])
 		queueHeads = slices.Concat(queueHeads[w.queueTurn:], queueHeads[:w.queueTurn])
-		w.nextQueueClaim = now.Add(cfg.PollInterval)
+		queueRows = slices.Concat(queueRows[w.queueTurn:], queueRows[:w.queueTurn])
+		w.nextQueueClaim = start.Add(cfg.PollInterval)
 	}
 	limits := claimLimits{rows: cfg.BatchSize, bytes: cfg.MaxBatchBytes, eventBytes: cfg.MaxEventBytes}
-	fresh, queued, err := w.store.claim(ctx, mask, limits, queueSinks, queueHeads, queueRows, w.skipped(now))
+	after := w.position
+	if !start.Before(w.nextWalk) {
+		after = store.Position{}
+		w.nextWalk = start.Add(cfg.PollInterval)
+	}
+	fresh, queued, err := w.store.claim(ctx, mask, limits, after, queueSinks, queueHeads, queueRows, w.skipped(start))
 	if err != nil {
 		if queueSinks != nil {
 			w.queuesDirty.Store(true)
@@ -293,12 +351,21 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 		w.queuesDirty.Store(true) // more may wait behind what it claimed
 	}
 	w.freshFlowing = len(fresh) > 0
+	w.position = store.Position{}
+	if len(fresh) == limits.rows {
+		w.position = lastPosition(fresh)
+	}
+	logged, err := w.takeLogged(ctx, mask == allLanes, limits)
+	if err != nil {
+		return 0, err
+	}
+	fresh = append(fresh, logged...)
 	n := len(fresh) + len(queued)
-	cfg.Observer.Claimed(n, time.Since(now))
-	if n == 0 {
+	cfg.Observer.Claimed(n, time.Since(start))
+	if n == 0 && !w.anyLanded() {
 		return 0, nil
 	}
-	b := w.newBatch(fresh, queued, time.Now())
+	b := w.newBatch(fresh, queued, w.r.now())
 	b.plan()
 	// A publish ends when the lanes' lease would: past it, another relay
 	// may own them and publish the same keys.
@@ -306,39 +373,140 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	if w.lanesExpire.Before(deadline) {
 		deadline = w.lanesExpire
 	}
-	pubCtx, cancel := context.WithDeadline(ctx, deadline)
-	b.publish(pubCtx)
-	cancel()
-	b.now = time.Now()
+	b.publish(ctx, deadline, w.r.handOffAfter())
+	b.now = w.r.now()
 	b.settle()
-	o := b.outcome()
-	if b.counts.retried+b.counts.dead+b.counts.paused+b.counts.waiting > 0 {
-		w.log.Debug("relay: batch settled", "events", len(fresh), "deliveries", len(queued), "done", b.counts.done,
-			"retried", b.counts.retried, "dead", b.counts.dead, "waiting", b.counts.waiting, "paused", b.counts.paused)
+	b.late = w.landedTargets()
+	o, flights := b.outcome()
+	o.Fence = fence.Only(b.lanes())
+	if c := b.counts; c.retried+c.dead+c.paused+c.waiting+c.busy+c.inFlight > 0 {
+		w.log.Debug("relay: batch settled", "events", len(fresh), "deliveries", len(queued), "landed", len(b.late),
+			"done", c.done, "retried", c.retried, "dead", c.dead, "waiting", c.waiting, "paused", c.paused,
+			"busy", c.busy, "in_flight", c.inFlight)
 	}
 
 	// The record is not overlapped with the next claim: that claim would
-	// walk this batch's rows again while their DELETE runs, and measured
-	// drains were no faster for it (docs/benchmarks.md).
-	return n, w.record(ctx, o, n)
+	// walk this batch's rows again while their DELETE runs.
+	fenced, err := w.record(ctx, o, n+len(b.late))
+	if w.capture != nil {
+		w.capture.settle(w.taken, err == nil && fenced == 0)
+		w.taken = nil
+	}
+	if err != nil {
+		return n, err
+	}
+	for _, f := range flights {
+		if fenced&(1<<uint(f.lane)) == 0 { // in a lane fenced out, it was not handed off
+			w.flights = append(w.flights, f)
+			cfg.Observer.SinkHandedOff(f.call.sink.name, len(f.targets))
+		}
+	}
+	for _, c := range b.order {
+		cfg.Observer.SinkInFlight(c.sink.name, int(c.sink.inFlight.Load()))
+	}
+	return n, nil
 }
 
-// record writes a batch's outcome. A database that refuses the record (it
-// is down, the relay's role lost a privilege) must not turn the batch into
-// duplicates: the worker publishes nothing more and retries the record,
-// renewing its lanes meanwhile so that the outcome stays its own, until it
-// succeeds or the lanes are lost (another relay then delivers the events
-// again). A record refused because of one row's data is recorded event by
-// event instead (recordEach). A batch not recorded stays where it was, and
-// its events are delivered again.
-func (w *worker) record(ctx context.Context, o *outcome, n int) error {
+// allLanes is the mask of every lane.
+const allLanes = 1<<laneCount - 1
+
+// captureArrived is signalled when events read from the log arrive (nil,
+// never, without a reader).
+func (w *worker) captureArrived() <-chan struct{} {
+	if w.capture == nil {
+		return nil
+	}
+	return w.capture.arrived()
+}
+
+// takeLogged takes up to a batch of events read from the database's log
+// (CaptureWAL), while the worker holds every lane (all), each joining its
+// key's queues. They are settled when the batch is recorded.
+func (w *worker) takeLogged(ctx context.Context, all bool, limits claimLimits) ([]item, error) {
+	if w.capture == nil {
+		return nil, nil
+	}
+	events := w.capture.take(ctx, all, limits.rows)
+	if len(events) == 0 {
+		return nil, nil
+	}
+	queues, err := w.r.store.QueuedSinks(ctx, keysOf(events))
+	if err != nil {
+		w.capture.settle(events, false)
+		return nil, err
+	}
+	w.taken = events
+	return logItems(events, queues, limits), nil
+}
+
+// lastPosition is the last of rows in the claim's order (available_at,
+// seq).
+func lastPosition(rows []item) store.Position {
+	var p store.Position
+	for i := range rows {
+		it := &rows[i]
+		if it.availableAt.After(p.AvailableAt) || it.availableAt.Equal(p.AvailableAt) && it.seq > p.Seq {
+			p = store.Position{AvailableAt: it.availableAt, Seq: it.seq}
+		}
+	}
+	return p
+}
+
+// anyLanded reports whether a flight has all its results, to be recorded.
+func (w *worker) anyLanded() bool {
+	for _, f := range w.flights {
+		if f.landed() {
+			return true
+		}
+	}
+	return false
+}
+
+// land waits for the calls still running (they end by their deadline, or
+// when the work context ends) and records their results, when the worker
+// stops: its flights are then settled before it gives its lanes back,
+// rather than sent again by their next owner.
+func (w *worker) land(ctx context.Context) {
+	if len(w.flights) == 0 {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		w.calls.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return
+	}
+	b := w.newBatch(nil, nil, w.r.now())
+	b.late = w.landedTargets()
+	o, _ := b.outcome()
+	o.Fence = w.leases.Only(b.lanes())
+	if _, err := w.record(ctx, o, len(b.late)); err != nil {
+		w.log.Warn("relay: could not record the results of events in flight at shutdown; their next owner sends them again", "error", err)
+	}
+}
+
+// record writes a batch's outcome, and returns the lanes it was fenced out
+// of. A database that refuses the record (it is down, the relay's role lost
+// a privilege) must not turn the batch into duplicates: the worker
+// publishes nothing more and retries the record until it succeeds or the
+// lanes' lease runs out; the record is fenced by the leases the batch was
+// claimed under, so once those are lost (even if the lanes come back) it
+// writes nothing, and the lanes' owner delivers the events again. A record
+// refused because of one row's data is recorded event by event instead
+// (recordEach). A batch not recorded stays where it was, and its events are
+// delivered again.
+func (w *worker) record(ctx context.Context, o *outcome, n int) (fenced uint64, err error) {
 	for attempt := 1; ; attempt++ {
 		if time.Now().After(w.lanesExpire) {
-			return fmt.Errorf("not recording a batch of %d events: the lanes' lease ran out (they stay where they were and will be delivered again)", n)
+			return 0, fmt.Errorf("not recording a batch of %d events: the lanes' lease ran out (they stay where they were and will be delivered again)", n)
 		}
 		start := time.Now()
-		left, err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
-		if err == nil {
+		rec, err := w.store.record(ctx, o, w.r.cfg.Retention > 0)
+		if err == nil || errors.Is(err, store.ErrFenced) {
 			if !o.Happy() {
 				w.queuesDirty.Store(true)
 			}
@@ -346,20 +514,21 @@ func (w *worker) record(ctx context.Context, o *outcome, n int) error {
 			w.r.countRecorded(n)
 			w.r.countQueued(o.FromOutbox.Len() + o.FromRouting.Len())
 			w.r.recordFailed(w, nil)
-			w.leave(left)
-			return nil
+			w.fenced(rec.Fenced)
+			w.leave(rec.Left)
+			return rec.Fenced, nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("recording batch of %d events (they stay where they were and will be delivered again): %w", n, err)
+			return 0, fmt.Errorf("recording batch of %d events (they stay where they were and will be delivered again): %w", n, err)
 		}
 		if refusedData(err) {
-			return w.recordEach(ctx, o, n, err)
+			return 0, w.recordEach(ctx, o, n, err)
 		}
 		w.r.recordFailed(w, err)
 		delay := min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)
 		w.log.Warn("relay: recording failed; publishing nothing until it succeeds", "error", err, "attempt", attempt, "retry_in", delay)
 		if !sleep(ctx, delay) {
-			return fmt.Errorf("recording batch of %d events: %w", n, err)
+			return 0, fmt.Errorf("recording batch of %d events: %w", n, err)
 		}
 		if err := w.refreshLanes(ctx); err != nil {
 			w.log.Warn("relay: renewing lanes failed", "error", err)
@@ -383,9 +552,10 @@ func (w *worker) recordEach(ctx context.Context, o *outcome, n int, first error)
 	w.log.Warn("relay: the database refused a batch's record; recording it event by event", "events", n, "error", first)
 	keep := w.r.cfg.Retention > 0
 	for _, one := range o.split() {
-		left, err := w.store.record(ctx, one, keep)
-		if err == nil {
-			w.leave(left)
+		rec, err := w.store.record(ctx, one, keep)
+		if err == nil || errors.Is(err, store.ErrFenced) {
+			w.fenced(rec.Fenced)
+			w.leave(rec.Left)
 			continue
 		}
 		if !refusedData(err) {
@@ -394,17 +564,37 @@ func (w *worker) recordEach(ctx context.Context, o *outcome, n int, first error)
 		seq := one.seq
 		aside := one.setAside(seq, w.r.cfg.StopKeyOnDeadLetter, fmt.Errorf("the database refused to record this event: %w", err))
 		w.log.Error("relay: the database refused to record an event; it is a dead letter now", "seq", seq, "error", err)
-		if _, err := w.store.record(ctx, aside, keep); err != nil {
+		if rec, err := w.store.record(ctx, aside, keep); err != nil {
+			if len(one.Events) > 0 {
+				// It has no row to be claimed from again: it is read
+				// again from the log.
+				return fmt.Errorf("setting aside event %d, read from the WAL, which the database refused to record: %w", seq, err)
+			}
 			w.log.Error("relay: could not set aside an event the database refused to record; it will be claimed again", "seq", seq, "error", err)
 			if len(one.OutboxSeqs) > 0 {
 				w.leave(one.OutboxSeqs)
 			}
+		} else {
+			w.fenced(rec.Fenced)
 		}
 	}
 	w.queuesDirty.Store(true)
 	w.r.cfg.Observer.Recorded(n, 0)
 	w.r.countRecorded(n)
 	return nil
+}
+
+// fenced reports lanes a record was fenced out of: the worker no longer held
+// them under the lease its work was claimed with (they changed hands, even
+// if they came back), so nothing of them was written, and their events are
+// their owner's to send again.
+func (w *worker) fenced(lanes uint64) {
+	if lanes == 0 {
+		return
+	}
+	w.r.cfg.Observer.RecordFenced(bits.OnesCount64(lanes))
+	w.log.Warn("relay: a record was fenced out of lanes this relay no longer holds under the lease it claimed with; their events are sent again by their owner",
+		"lanes", bits.OnesCount64(lanes))
 }
 
 // leave sets aside outbox rows a record could not remove because another

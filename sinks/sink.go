@@ -1,7 +1,59 @@
-// Package sinks defines the Sink interface the relay publishes through, the
-// errors a sink reports, and two sinks with no broker behind them: Stdout (for
-// trying Herald out) and Discard (for benchmarks). Sinks that talk to a broker
-// live in sub-packages, one per protocol, and all pass the sinktest suite.
+// Package sinks is the contract between the relay and a sink: the Sink
+// interface and its optional companions (ConcurrentPublisher, Checker,
+// DestinationChecker), the classes of failure a sink reports (Permanent,
+// Unavailable, RetryAfter, ErrSkipped, ErrNotSent, TooLarge), and Results,
+// the helper that keeps the contract's rules for a sink. It also holds two
+// sinks with no peer behind them: Stdout (for trying Herald out) and
+// Discard (for benchmarks). Sinks that talk to a peer live in sub-packages,
+// one per protocol, and all pass the sinktest suite; what they share
+// besides the contract is in sinkconfig.
+//
+// # What a sink must do
+//
+// Publish returns exactly one result per event, at the event's index: nil
+// once the peer has the event, or an error of the class that says what the
+// relay should do:
+//
+//   - Permanent (and TooLarge): no retry can fix it; the event is
+//     dead-lettered at once.
+//   - Unavailable: the peer or the sink's settings are at fault, not the
+//     event (connection refused, credentials refused, a missing queue); the
+//     relay pauses the sink and counts no attempt.
+//   - RetryAfter: retry no sooner than the peer asked.
+//   - ErrSkipped, ErrNotSent: the event was not sent (behind a failed event
+//     of its key, or the call ended first); no attempt is counted.
+//   - any other error: retried with backoff, the attempt counted.
+//
+// The events of one key are sent in slice order. Once an event of a key
+// failed, the later events of that key in the call are not sent: the relay
+// holds them back behind the failed one anyway, and sending them would put
+// a copy before its predecessor. Once the peer is found unavailable, and
+// once the call's context ended, nothing more is sent. A sink that
+// pipelines may learn of a failure after it sent later events of the key;
+// it reports those as they went.
+//
+// # Results
+//
+// A sink keeps these rules with Results, made once per call: it asks
+// Blocked before it sends each event, and sets each result (Delivered, Fail,
+// FailRest) as soon as it knows it. Results names the event and where it
+// went in every error ("publishing event ID to WHERE: cause"), and returns
+// the call's results with Errors. A sink that sends one event at a time
+// hands the sending to Results.PublishEach, which sends a key's events in
+// order and different keys at once, as many as a Limiter shared by all the
+// sink's calls allows.
+//
+// # Early results
+//
+// The relay asks a call for each result as soon as it is known
+// (WithResultFunc), so that an event still in flight holds back only its
+// own key: it records the others' results while that one waits, and hands
+// it over to the sink's queue when its time is up. Results reports each
+// result the moment it is set, so a sink reports early by setting results
+// as its peer answers: per acknowledgement (a NATS PubAck, an MQTT PUBACK,
+// a RabbitMQ confirm), per produce request or batch request (Kafka,
+// SQS/SNS), per message (email, webhook). A result reported early is final
+// and is the one Publish returns.
 package sinks
 
 import (
@@ -45,14 +97,12 @@ type Event struct {
 // event, at the same index: nil when the destination acknowledged the event,
 // otherwise an error the relay classifies with IsPermanent and IsUnavailable
 // (anything else is retried with backoff, or after the delay RetryAfter
-// marked it with). Events sharing a Key must not be
-// reordered. What a failure means for the later events of its key is the
-// relay's to decide: whatever the sink reports for them, they wait behind
-// the failed one and are sent again after it. So a sink should not send
-// them once one failed, when it can tell (report ErrSkipped): that spares a
-// duplicate arriving out of order. Publish must honour ctx's deadline. The
-// relay never calls Publish concurrently on one Sink, unless it implements
-// ConcurrentPublisher.
+// marked it with). Events sharing a Key must not be reordered, and once one
+// of them failed the later ones in the call are not sent (ErrSkipped); see
+// the package documentation for the rules, and Results, which keeps them.
+// Publish must honour ctx's deadline and should report each result as soon
+// as it knows it (WithResultFunc). The relay never calls Publish
+// concurrently on one Sink, unless it implements ConcurrentPublisher.
 //
 // Close flushes anything buffered and releases connections.
 type Sink interface {
@@ -215,8 +265,8 @@ func IsJSON(contentType string) bool {
 	return mt == ContentTypeJSON || len(mt) > 5 && mt[len(mt)-5:] == "+json"
 }
 
-// TooLarge returns the permanent error for a payload over a sink's limit,
-// naming the event, the size and the limit.
-func TooLarge(e Event, size, limit int) error {
-	return Permanent(fmt.Errorf("event %s: message of %d bytes exceeds the sink's limit of %d bytes", e.ID, size, limit))
+// TooLarge returns the permanent error for a message of size bytes over a
+// sink's limit of limit bytes: retrying cannot shrink it.
+func TooLarge(size, limit int) error {
+	return Permanent(fmt.Errorf("message of %d bytes exceeds the sink's limit of %d bytes", size, limit))
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Stdout writes one JSON object per event and line to a writer (standard
@@ -40,22 +42,31 @@ type stdoutLine struct {
 // Name implements Sink.
 func (s *Stdout) Name() string { return s.name }
 
+// PublishesConcurrently implements ConcurrentPublisher: calls take turns
+// on the writer.
+func (s *Stdout) PublishesConcurrently() bool { return true }
+
 // Publish implements Sink. An event whose JSON payload does not parse is a
-// permanent failure; a write error fails the rest of the batch.
-func (s *Stdout) Publish(_ context.Context, events []Event) []error {
+// permanent failure; a write error fails the rest of the batch. The events
+// written are delivered once the writer is flushed.
+func (s *Stdout) Publish(ctx context.Context, events []Event) []error {
+	res := NewResults(ctx, events, func(*Event) string { return s.name })
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	errs := make([]error, len(events))
 	enc := json.NewEncoder(s.w)
+	var written []int
 	for i, e := range events {
+		if res.Blocked(i) {
+			continue
+		}
 		line := stdoutLine{ID: e.ID, Topic: e.Topic, Key: e.Key, ContentType: e.ContentType,
 			Headers: e.Headers, CreatedAt: e.CreatedAt, Attempt: e.Attempt}
 		if e.Destination != e.Topic {
 			line.Destination = e.Destination
 		}
 		if IsJSON(e.ContentType) {
-			if err := CheckJSON(e.Payload); err != nil {
-				errs[i] = Permanent(fmt.Errorf("event %s: %w", e.ID, err))
+			if err := sinkconfig.CheckJSON(e.Payload); err != nil {
+				res.Fail(i, Permanent(err))
 				continue
 			}
 			line.Payload = json.RawMessage(e.Payload)
@@ -63,16 +74,22 @@ func (s *Stdout) Publish(_ context.Context, events []Event) []error {
 			line.Payload = e.Payload // encoding/json writes []byte as base64
 		}
 		if err := enc.Encode(line); err != nil {
-			for j := i; j < len(errs); j++ {
-				errs[j] = fmt.Errorf("writing event %s: %w", e.ID, err)
-			}
-			return errs
+			err = fmt.Errorf("writing: %w", err)
+			res.Fail(i, err)
+			res.Stop(err)
+			continue
+		}
+		written = append(written, i)
+	}
+	err := s.w.Flush()
+	for _, i := range written {
+		if err != nil {
+			res.Fail(i, fmt.Errorf("flushing: %w", err))
+		} else {
+			res.Delivered(i)
 		}
 	}
-	if err := s.w.Flush(); err != nil {
-		return Fill(len(events), fmt.Errorf("flushing stdout sink: %w", err))
-	}
-	return errs
+	return res.Errors()
 }
 
 // Close implements Sink.

@@ -45,7 +45,7 @@ import (
 	"github.com/heraldhq/herald/relay/admin"
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/metrics"
-	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
@@ -57,8 +57,8 @@ func main() {
 		DatabaseURL:   envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		Schema:        envOr("HERALD_SCHEMA", "public"),
 		WebhookURL:    os.Getenv("WEBHOOK_URL"),
-		WebhookSecret: sinks.Secret(os.Getenv("WEBHOOK_SECRET")),
-		AdminToken:    sinks.Secret(os.Getenv("ADMIN_TOKEN")),
+		WebhookSecret: sinkconfig.Secret(os.Getenv("WEBHOOK_SECRET")),
+		AdminToken:    sinkconfig.Secret(os.Getenv("ADMIN_TOKEN")),
 		Logger:        logger,
 	}
 	ln, err := net.Listen("tcp", envOr("LISTEN_ADDR", "127.0.0.1:8080"))
@@ -85,8 +85,8 @@ type options struct {
 	DatabaseURL   string
 	Schema        string
 	WebhookURL    string
-	WebhookSecret sinks.Secret
-	AdminToken    sinks.Secret
+	WebhookSecret sinkconfig.Secret
+	AdminToken    sinkconfig.Secret
 	// RelayOwner names the relay in the lanes table; empty means Herald's
 	// default (host-pid-random).
 	RelayOwner string
@@ -156,11 +156,11 @@ func run(ctx context.Context, ln net.Listener, o options) error {
 	}()
 
 	reg := prometheus.NewRegistry()
-	observer, err := metrics.New(reg)
+	observer, err := metrics.New(reg, metrics.Config{})
 	if err != nil {
 		return fmt.Errorf("registering the relay's metrics: %w", err)
 	}
-	r, err := relay.New(relayPool, relay.Config{
+	r, err := relay.NewPostgres(relayPool, relay.Config{
 		Tables:   tables,
 		Owner:    o.RelayOwner,
 		Workers:  relayWorkers,
@@ -179,14 +179,12 @@ func run(ctx context.Context, ln net.Listener, o options) error {
 	if err != nil {
 		return err
 	}
-	adminSrv, err := admin.New(admin.Config{Token: o.AdminToken}, admin.Deps{
-		DB:            relayPool,
-		PausedSinks:   r.PausedSinks,
-		RecordFailure: r.RecordFailure,
-		Superseded:    r.Superseded,
-		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		DeadLetters:   deadLetters,
-		Logger:        o.Logger,
+	adminSrv, err := admin.NewForRelay(r, admin.Opts{
+		Config:      admin.Config{Token: o.AdminToken},
+		DB:          relayPool,
+		DeadLetters: deadLetters,
+		Metrics:     promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Logger:      o.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("configuring the admin endpoints: %w", err)

@@ -22,16 +22,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/heraldhq/herald/internal/pgtest"
+	_ "github.com/heraldhq/herald/internal/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/migrations/pgtest"
-	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
-	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-const secret = sinks.Secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+const secret = sinkconfig.Secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
 
 // arrival is one webhook request as the receiver got it.
 type arrival struct {

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/outbox"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/sinks"

@@ -13,11 +13,14 @@
 //   - sinks.RetryAfter for a failure with a known wait (the file's consumer
 //     holds its lock while it rotates the file): the attempt counts and the
 //     next one comes no sooner than the wait;
-//   - sinks.ErrSkipped for the later events of a key whose event failed in
-//     the same call, which it does not write (that would put them before
-//     their predecessor);
-//   - anything else (a failed fsync, a cancelled context) is retried with
-//     the relay's backoff.
+//   - anything else (a failed fsync) is retried with the relay's backoff.
+//
+// It records its results in a sinks.Results, which keeps the rest of the
+// contract: the later events of a key whose event failed in the same call
+// are not written (sinks.ErrSkipped: that would put them before their
+// predecessor), nothing more is written once the directory is found
+// unavailable, nor once the call's context ended (sinks.ErrNotSent), and
+// each result is reported as soon as it is known.
 //
 // An event is acknowledged (nil) only after its line is written and synced
 // to disk. Consumers that rotate a file take an exclusive flock(2) on it
@@ -93,8 +96,7 @@ func (s *Sink) Close(context.Context) error { return nil }
 // destination's under that file's lock, and syncs each file before
 // acknowledging the events written to it.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	errs := make([]error, len(events))
-	failedKeys := map[string]bool{}
+	res := sinks.NewResults(ctx, events, nil)
 	files := map[string]*file{}
 	defer func() {
 		for _, f := range files {
@@ -102,47 +104,47 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 		}
 	}()
 	for i, e := range events {
-		if e.Key != "" && failedKeys[e.Key] {
-			errs[i] = sinks.ErrSkipped
+		if res.Blocked(i) {
 			continue
 		}
-		if errs[i] = s.write(ctx, files, e); errs[i] != nil && e.Key != "" {
-			failedKeys[e.Key] = true
+		f, err := s.write(files, e)
+		if err != nil {
+			res.Fail(i, err)
+			continue
 		}
-		if errs[i] == nil {
-			files[e.Destination].written = append(files[e.Destination].written, i)
-		}
+		f.written = append(f.written, i)
 	}
 	for _, f := range files {
-		if err := f.f.Sync(); err != nil {
-			for _, i := range f.written {
-				errs[i] = fmt.Errorf("event %s: syncing %s: %w", events[i].ID, f.f.Name(), err)
+		err := f.f.Sync()
+		for _, i := range f.written {
+			if err != nil {
+				res.Fail(i, fmt.Errorf("syncing %s: %w", f.f.Name(), err))
+			} else {
+				res.Delivered(i)
 			}
 		}
 	}
-	return errs
+	return res.Errors()
 }
 
-func (s *Sink) write(ctx context.Context, files map[string]*file, e sinks.Event) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+// write appends e's line to its destination's file.
+func (s *Sink) write(files map[string]*file, e sinks.Event) (*file, error) {
 	if len(e.Payload) > s.cfg.MaxEventBytes {
-		return sinks.TooLarge(e, len(e.Payload), s.cfg.MaxEventBytes)
+		return nil, sinks.TooLarge(len(e.Payload), s.cfg.MaxEventBytes)
 	}
 	f, err := s.open(files, e.Destination)
 	if err != nil {
-		return fmt.Errorf("event %s: %w", e.ID, err)
+		return nil, err
 	}
 	line, err := json.Marshal(Line{ID: e.ID, Topic: e.Topic, Key: e.Key, ContentType: e.ContentType,
 		Headers: e.Headers, CreatedAt: e.CreatedAt, Payload: e.Payload})
 	if err != nil {
-		return sinks.Permanent(fmt.Errorf("event %s: encoding: %w", e.ID, err))
+		return nil, sinks.Permanent(fmt.Errorf("encoding: %w", err))
 	}
 	if _, err := f.f.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("event %s: writing %s: %w", e.ID, f.f.Name(), err)
+		return nil, fmt.Errorf("writing %s: %w", f.f.Name(), err)
 	}
-	return nil
+	return f, nil
 }
 
 // file is a destination's file, locked for the length of one Publish call.

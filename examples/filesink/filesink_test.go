@@ -57,7 +57,8 @@ func newSink(t *testing.T, dir string) *filesink.Sink {
 func TestConformance(t *testing.T) {
 	dir := t.TempDir()
 	sinktest.Run(t, sinktest.Harness{
-		NewSink: func(t *testing.T, _ string) sinks.Sink { return newSink(t, dir) },
+		NewSink:     func(t *testing.T, _ string) sinks.Sink { return newSink(t, dir) },
+		Unreachable: func(t *testing.T, _ string) sinks.Sink { return newSink(t, filepath.Join(dir, "missing")) },
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			var out []sinktest.Received
 			for _, l := range read(t, dir, destination) {
@@ -68,7 +69,7 @@ func TestConformance(t *testing.T) {
 		Refused: func(destination, key string) sinks.Event {
 			return sinktest.Oversized(destination, key, 64<<10+1)
 		},
-		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
+		Features: sinktest.Features{Headers: true, Binary: true, Keys: true, ReportsEarly: true},
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/heraldhq/herald/relay/relayconfig"
+	"github.com/heraldhq/herald/internal/relayconfig"
 )
 
 // repoRoot is the repository root, relative to this package.
@@ -369,6 +370,10 @@ func TestCompose(t *testing.T) {
 		}
 	}
 	hostPorts := map[string]string{}
+	// The services a developer runs locally (README, the tests) and the
+	// relay's default admin listener: the stack must start beside them.
+	localPorts := map[string]string{"5432": "PostgreSQL", "3306": "MariaDB", "4222": "NATS", "6379": "Redis",
+		"5672": "RabbitMQ", "1883": "Mosquitto", "9090": "relay run's admin server"}
 	for name, s := range c.Services {
 		switch {
 		case s.Build != nil:
@@ -398,6 +403,9 @@ func TestCompose(t *testing.T) {
 				t.Errorf("services %s and %s both publish host port %s", other, name, host)
 			}
 			hostPorts[host] = name
+			if local, ok := localPorts[parts[len(parts)-2]]; ok {
+				t.Errorf("service %s publishes host port %s, where %s runs locally: pick another host port", name, host, local)
+			}
 		}
 		if h := s.Healthcheck; h != nil {
 			if len(h.Test) < 2 || h.Test[0] != "CMD" && h.Test[0] != "CMD-SHELL" {
@@ -494,10 +502,41 @@ func TestCompose(t *testing.T) {
 			t.Errorf("relay service sets %s, which relay.yaml does not use", name)
 		}
 	}
-	// With that environment the file loads: every value parses and validates.
-	env := func(k string) (string, bool) { v, ok := relaySvc.Environment[k]; return v, ok }
-	if _, err := relayconfig.Load("relay.yaml", env); err != nil {
-		t.Errorf("relay.yaml with the relay service's environment: %v", err)
+	// With that environment, as compose interpolates it from a shell that
+	// exported ADMIN_TOKEN, the file loads: every value parses and
+	// validates, the admin listener among them (not loopback, so it needs
+	// its token).
+	relayEnv, err := interpolate(relaySvc.Environment, map[string]string{"ADMIN_TOKEN": "compose-test-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := func(k string) (string, bool) { v, ok := relayEnv[k]; return v, ok }
+	file, err := relayconfig.Load("relay.yaml", env)
+	if err != nil {
+		t.Fatalf("relay.yaml with the relay service's environment: %v", err)
+	}
+	adminCfg := file.Admin.Config()
+	if !file.Admin.Enabled() || adminCfg.Token.Reveal() != "compose-test-token" {
+		t.Errorf("relay.yaml in compose: admin server enabled %v, token %q; want it on, with $ADMIN_TOKEN", file.Admin.Enabled(), adminCfg.Token.Reveal())
+	}
+	_, adminPort, err := net.SplitHostPort(adminCfg.Listen)
+	if err != nil {
+		t.Fatalf("admin.listen %q: %v", adminCfg.Listen, err)
+	}
+	if published := publishedPorts(relaySvc)[adminPort]; published == "" {
+		t.Errorf("the relay service does not publish its admin port %s (ports %v)", adminPort, relaySvc.Ports)
+	}
+	// A shell that did not export ADMIN_TOKEN: compose refuses to start,
+	// saying what to do, rather than publish a dead-letter API without one.
+	if _, err := interpolate(relaySvc.Environment, nil); err == nil || !strings.Contains(err.Error(), "export ADMIN_TOKEN") {
+		t.Errorf("compose without ADMIN_TOKEN: %v, want an error saying to export it", err)
+	}
+	// Outside compose (the loopback default) the file loads without a token.
+	if _, err := relayconfig.Load("relay.yaml", func(k string) (string, bool) {
+		v, ok := relaySvc.Environment[k]
+		return v, ok && !strings.HasPrefix(k, "ADMIN_")
+	}); err != nil {
+		t.Errorf("relay.yaml without ADMIN_LISTEN and ADMIN_TOKEN: %v", err)
 	}
 	// The relay and migrate services reach the same database.
 	if c.Services["migrate"].Environment["DATABASE_URL"] != relaySvc.Environment["DATABASE_URL"] {
@@ -612,5 +651,149 @@ func TestRelayBinary(t *testing.T) {
 	_, stderr, code := runBinary(t, bin, nil, "demo")
 	if code != 2 || !strings.Contains(stderr, `unknown command "demo"`) {
 		t.Fatalf("relay demo: exit %d (want 2, unknown command), stderr:\n%s", code, stderr)
+	}
+}
+
+// composeVar matches compose's interpolation: $$, ${NAME}, ${NAME:-default}
+// and ${NAME:?error}.
+var composeVar = regexp.MustCompile(`\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-?])([^}]*))?\}`)
+
+// interpolate returns env with compose's interpolation done against the
+// shell environment shell, or the first ${NAME:?error} whose NAME is
+// unset or empty.
+func interpolate(env, shell map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	var err error
+	for k, v := range env {
+		out[k] = composeVar.ReplaceAllStringFunc(v, func(ref string) string {
+			if ref == "$$" {
+				return "$"
+			}
+			m := composeVar.FindStringSubmatch(ref)
+			val := shell[m[1]]
+			switch {
+			case val != "":
+				return val
+			case m[2] == "-":
+				return m[3]
+			case m[2] == "?" && err == nil:
+				err = fmt.Errorf("%s: required variable %s is missing a value: %s", k, m[1], m[3])
+			}
+			return ""
+		})
+	}
+	return out, err
+}
+
+// publishedPorts maps the container ports a service publishes to their
+// host ports.
+func publishedPorts(s *service) map[string]string {
+	out := map[string]string{}
+	for _, p := range s.Ports {
+		parts := strings.Split(p, ":")
+		if len(parts) >= 2 {
+			out[parts[len(parts)-1]] = parts[len(parts)-2]
+		}
+	}
+	return out
+}
+
+// readmeComposeBlock returns the README's docker compose commands: the sh
+// block under "### docker compose".
+func readmeComposeBlock(t *testing.T) string {
+	t.Helper()
+	text, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(text), "\n### docker compose\n")
+	if !ok {
+		t.Fatal("README: no ### docker compose section")
+	}
+	m := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(section)
+	if m == nil {
+		t.Fatal("README: the docker compose section has no sh block")
+	}
+	return m[1]
+}
+
+// TestComposeREADMECommands checks the README's docker compose commands
+// against docker-compose.yml and the Dockerfile, as far as they can be
+// without a Docker engine: ADMIN_TOKEN is exported before the stack
+// starts; every localhost port they reach is one a service publishes (the
+// relay's admin port among them, with the token for /dlq); every service
+// they name exists; an exec runs the binary where the service's image
+// has it (distroless: no shell, no PATH lookup of /relay).
+func TestComposeREADMECommands(t *testing.T) {
+	t.Parallel()
+	c := loadCompose(t)
+	_, stages := parseDockerfile(t, filepath.Join(repoRoot, "Dockerfile"))
+	entrypoints := map[string]string{}
+	for _, s := range stages {
+		for _, in := range s.body {
+			var argv []string
+			if in.keyword == "ENTRYPOINT" && json.Unmarshal([]byte(in.args), &argv) == nil && len(argv) > 0 {
+				entrypoints[s.name] = argv[0]
+			}
+		}
+	}
+	hostPorts := map[string]string{} // host port -> service
+	for name, s := range c.Services {
+		for _, host := range publishedPorts(s) {
+			hostPorts[host] = name
+		}
+	}
+	block := readmeComposeBlock(t)
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	up := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "docker compose up") })
+	exported := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "export ADMIN_TOKEN=") })
+	if up < 0 || exported < 0 || exported > up {
+		t.Errorf("README: export ADMIN_TOKEN=... must come before docker compose up:\n%s", block)
+	}
+	admin := publishedPorts(c.Services["relay"])["9090"]
+	var sawMetrics, sawDLQ bool
+	for _, line := range lines {
+		for _, m := range regexp.MustCompile(`localhost:(\d+)(/\S*)?`).FindAllStringSubmatch(line, -1) {
+			svc, ok := hostPorts[m[1]]
+			if !ok {
+				t.Errorf("README: %q reaches localhost:%s, which no service publishes", line, m[1])
+				continue
+			}
+			if svc == "relay" && m[1] == admin {
+				switch {
+				case strings.HasPrefix(m[2], "/metrics"):
+					sawMetrics = true
+				case strings.HasPrefix(m[2], "/dlq"):
+					sawDLQ = true
+					if !strings.Contains(line, `Authorization: Bearer $ADMIN_TOKEN`) {
+						t.Errorf("README: %q calls the dead-letter API without the token", line)
+					}
+				}
+			}
+		}
+		fields := strings.Fields(regexp.MustCompile(`\s+#\s.*$`).ReplaceAllString(line, ""))
+		if len(fields) >= 4 && fields[0] == "docker" && fields[1] == "compose" {
+			var svc string
+			switch fields[2] {
+			case "exec":
+				svc = fields[3]
+				s := c.Services[svc]
+				if s == nil || s.Build == nil {
+					t.Errorf("README: %q: no service %s built from the Dockerfile", line, svc)
+					continue
+				}
+				if want := entrypoints[s.Build.Target]; len(fields) < 5 || fields[4] != want {
+					t.Errorf("README: %q: the %s image has its binary at %s", line, svc, want)
+				}
+			case "logs":
+				svc = fields[len(fields)-1]
+				if c.Services[svc] == nil {
+					t.Errorf("README: %q: no service %s", line, svc)
+				}
+			}
+		}
+	}
+	if !sawMetrics || !sawDLQ {
+		t.Errorf("README: the compose commands should reach the relay's /metrics and /dlq on localhost:%s (metrics %v, dlq %v)", admin, sawMetrics, sawDLQ)
 	}
 }

@@ -22,13 +22,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/examples/orders/shop"
-	"github.com/heraldhq/herald/migrations/pgtest"
-	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
+	"github.com/heraldhq/herald/internal/natstest"
+	"github.com/heraldhq/herald/internal/pgtest"
+	_ "github.com/heraldhq/herald/internal/pgtest/pgcontainer" // a container when no server answers
+	"github.com/heraldhq/herald/internal/relayconfig"
+	"github.com/heraldhq/herald/internal/smtptest"
 	"github.com/heraldhq/herald/relay"
-	"github.com/heraldhq/herald/relay/relayconfig"
-	"github.com/heraldhq/herald/sinks/email/smtptest"
 	natssink "github.com/heraldhq/herald/sinks/nats"
-	"github.com/heraldhq/herald/sinks/nats/natstest"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
@@ -137,7 +137,7 @@ func TestOrdersEndToEnd(t *testing.T) {
 	}
 	cfg := built.Config
 	cfg.PollInterval = 200 * time.Millisecond
-	r, err := relay.New(pool, cfg)
+	r, err := relay.NewPostgres(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/examples/orders/shop"
+	"github.com/heraldhq/herald/internal/mysqltest"
+	"github.com/heraldhq/herald/internal/natstest"
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
-	"github.com/heraldhq/herald/migrations/mysqltest"
-	"github.com/heraldhq/herald/migrations/pgtest"
-	"github.com/heraldhq/herald/sinks/nats/natstest"
 )
 
 func TestCreateStream(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/heraldhq/herald/sinks/nats/natstest"
+	"github.com/heraldhq/herald/internal/natstest"
 )
 
 // Fault kinds.
@@ -24,6 +24,8 @@ const (
 	faultHook500    = "webhook 500"
 	faultHookHang   = "webhook hangs past timeout"
 	faultHookDrop   = "webhook drops connection"
+	faultHookSlow   = "webhook answers late"
+	faultHookKeys   = "webhook answers some keys late"
 	faultNATS       = "NATS server restart"
 	faultDBRestart  = "database restart (clean)"
 	faultDBCrash    = "database restart (crash)"
@@ -36,10 +38,12 @@ const (
 
 // TestChaosRelaysSinksAndConnections injects every fault but PostgreSQL
 // restarts: relays killed and stopped, their connections terminated, the
-// webhook failing in three ways, NATS restarted.
+// webhook failing in three ways and slow in two (every answer late, or
+// some keys' answers), NATS restarted.
 func TestChaosRelaysSinksAndConnections(t *testing.T) {
 	t.Parallel()
-	runChaos(t, startPostgres, schedule{seed: 1, faults: 9}, []string{faultKill, faultTerm, faultDBTerm, faultHook500, faultHookHang, faultHookDrop, faultNATS})
+	runChaos(t, startPostgres, schedule{seed: 1, faults: 11}, []string{faultKill, faultTerm, faultDBTerm, faultHook500,
+		faultHookHang, faultHookDrop, faultHookSlow, faultHookKeys, faultNATS})
 }
 
 // TestChaosPostgresRestart restarts PostgreSQL itself, cleanly and as a
@@ -207,6 +211,10 @@ func (e *env) inject(kind string) {
 		e.hook.fault(hookHang, time.Duration(1500+e.rng.IntN(2500))*time.Millisecond)
 	case faultHookDrop:
 		e.hook.fault(hookDrop, time.Duration(500+e.rng.IntN(2500))*time.Millisecond)
+	case faultHookSlow:
+		e.hook.fault(hookSlow, time.Duration(1000+e.rng.IntN(2000))*time.Millisecond)
+	case faultHookKeys:
+		e.hook.fault(hookSlowKeys, time.Duration(1000+e.rng.IntN(2000))*time.Millisecond)
 	case faultNATS:
 		e.nats.Shutdown()
 		time.Sleep(time.Duration(e.rng.IntN(1500)) * time.Millisecond)

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -55,6 +56,12 @@ const (
 	hook500
 	hookHang
 	hookDrop
+	// hookSlow answers every event, but late (100-400 ms: longer than the
+	// relays wait before they hand a batch's unanswered events off).
+	hookSlow
+	// hookSlowKeys answers one key in eight 600 ms late (within the sink's
+	// timeout), the others at once: slow events among fast ones.
+	hookSlowKeys
 )
 
 // receiver is the webhook endpoint: it records every event it accepts
@@ -144,6 +151,9 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	id := r.Header.Get("webhook-id")
+	if err := json.Unmarshal(body, &env); err == nil {
+		rc.answerLate(r.Context(), env.ID, env.Key)
+	}
 	if err := json.Unmarshal(body, &env); err != nil || env.ID != id || r.URL.Path != "/hook" ||
 		r.Header.Get("Authorization") != webhookAuth || r.Header.Get("webhook-signature") == "" {
 		rc.mu.Lock()
@@ -163,6 +173,26 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc.got = append(rc.got, delivered{id: id, key: env.Key, n: env.Payload.N})
 	rc.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// answerLate waits before answering the event id of key while the receiver
+// is slow (hookSlow), or slow for the key (hookSlowKeys).
+func (rc *receiver) answerLate(ctx context.Context, id, key string) {
+	var wait time.Duration
+	switch rc.currentMode() {
+	case hookSlow:
+		wait = time.Duration(100+int(crc32.ChecksumIEEE([]byte(id))%300)) * time.Millisecond
+	case hookSlowKeys:
+		if crc32.ChecksumIEEE([]byte(key))%8 == 0 {
+			wait = 600 * time.Millisecond
+		}
+	}
+	if wait > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 }
 
 // database is the throwaway server a chaos run's relays share, started by
@@ -393,6 +423,8 @@ relay:
   sink_pause: {initial: 50ms, max: 500ms}
   shutdown_timeout: 5s
   retention: 1h
+  hand_off_after: 30ms
+  max_in_flight: 200
 log: {level: info, format: json}
 admin: {listen: ""}
 sinks:

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/migrations/pgtest"
-	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
+	"github.com/heraldhq/herald/internal/pgtest"
+	_ "github.com/heraldhq/herald/internal/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/sinks"
 )
@@ -61,7 +61,7 @@ func TestParkedEventKeepsItsPlace(t *testing.T) {
 	failA, downB := errors.New("A refuses for now"), sinks.Unavailable(errors.New("B is down"))
 	a.fail.Store(&failA)
 	b.fail.Store(&downB)
-	r, err := relay.New(pool, relay.Config{
+	r, err := relay.NewPostgres(pool, relay.Config{
 		Tables:       tables,
 		Lease:        10 * time.Second,
 		PollInterval: 50 * time.Millisecond,

@@ -85,6 +85,11 @@ type Result struct {
 	Outage    *OutageResult    `json:"outage,omitempty"`
 	Isolation *IsolationResult `json:"isolation,omitempty"`
 	HotKey    *HotKeyResult    `json:"hot_key,omitempty"`
+	// Slow, Recovery, Skew and Binary are the figures of their modes.
+	Slow     *SlowResult     `json:"slow,omitempty"`
+	Recovery *RecoveryResult `json:"recovery,omitempty"`
+	Skew     *SkewResult     `json:"skew,omitempty"`
+	Binary   *BinaryResult   `json:"binary,omitempty"`
 	// RowsLeft is the outbox rows left once the relays stopped.
 	RowsLeft int64 `json:"rows_left"`
 	// Verification covers every sink: an event counts as delivered when
@@ -192,6 +197,9 @@ type run struct {
 
 	committed   atomic.Int64
 	commitNanos []int64 // live: by index, when tx.Commit returned; 0 = not committed
+	// producersStart is when the live producers started (nanoseconds since
+	// origin).
+	producersStart int64
 }
 
 // benchSink is one sink of the run's route. Every relay has an instance of
@@ -207,6 +215,9 @@ type benchSink struct {
 	destination *template.Template
 	// fault, when not nil, makes the sink fail on purpose.
 	fault *fault
+	// recordedByReceiver means a receiver in the bench's process records
+	// the sink's deliveries as they arrive, in place of a Recorder.
+	recordedByReceiver bool
 }
 
 // addSink adds a sink to the run's route, with a Recording for events whose
@@ -287,7 +298,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r.res.Workers = cfg.Workers
 	if r.res.Workers == 0 {
-		r.res.Workers = relay.Config{}.WithDefaults().Workers
+		r.res.Workers = relay.Config{Capture: r.cfg.Capture}.WithDefaults().Workers
 	}
 
 	if cfg.isMySQL() {
@@ -344,6 +355,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	case ModeHotKey:
 		r.runSink("bench", cfg.Events+cfg.HotEvents, &fault{key: keyName(hotKeyNumber(cfg))})
 		err = r.hotKey(ctx)
+	case ModeSlow:
+		err = r.slow(ctx)
+	case ModeRecovery:
+		err = r.recovery(ctx)
+	case ModeSkew:
+		err = r.skew(ctx)
+	case ModeBinary:
+		err = r.binary(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -402,7 +421,7 @@ func (r *run) dropSchema(ctx context.Context) {
 	}
 	dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if _, err := r.admin.Exec(dropCtx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.tables.Schema}.Sanitize()+" CASCADE"); err != nil {
+	if err := migrations.DropSchema(dropCtx, r.admin, r.tables); err != nil {
 		r.log.Warn("relaybench: dropping the bench schema", "schema", r.tables.Schema, "error", err)
 	}
 }
@@ -431,7 +450,10 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 				rs.stop(ctx, r.log)
 				return nil, fmt.Errorf("creating sink %s of relay %d: %w", s.name, i, err)
 			}
-			sink := &Recorder{Sink: inner, rec: s.rec}
+			var sink sinks.Sink = &Recorder{Sink: inner, rec: s.rec}
+			if s.recordedByReceiver {
+				sink = inner
+			}
 			rs.sinks = append(rs.sinks, sink)
 			targets = append(targets, relay.Target{Sink: sink, Destination: s.destination})
 		}
@@ -443,6 +465,8 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 			Lease:           r.cfg.Lease,
 			PollInterval:    r.cfg.PollInterval,
 			PollOnly:        r.cfg.PollOnly,
+			HandOffAfter:    r.cfg.HandOffAfter,
+			Capture:         r.cfg.Capture,
 			ShutdownTimeout: 10 * time.Second,
 			Routes:          []relay.Route{{Topics: []string{"*"}, Targets: targets}},
 			Logger:          r.log,
@@ -453,6 +477,11 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 		}
 		if m := r.cfg.BackoffMax; m > 0 {
 			rcfg.Backoff = relay.Backoff{Initial: min(time.Second, m), Max: m}
+		}
+		if r.cfg.Mode == ModeSkew {
+			offset := r.cfg.ClockOffset
+			rcfg.Clock = func() time.Time { return time.Now().Add(offset) }
+			rcfg.Backoff = r.cfg.skewBackoff()
 		}
 		if r.cfg.Mode == ModeHotKey {
 			// The hot key's head keeps failing: it must not become a
@@ -493,7 +522,7 @@ func (r *run) newRelay(ctx context.Context, rs *relays, cfg relay.Config) (*rela
 		return nil, err
 	}
 	rs.pools = append(rs.pools, pool)
-	return relay.New(pool, cfg)
+	return relay.NewPostgres(pool, cfg)
 }
 
 // wake wakes every relay (Relay.Wake).
@@ -682,6 +711,14 @@ func (r *run) uniqueText() string {
 // follow idCodec and keyName. Every event has the key $6 when it is not
 // NULL.
 func (r *run) insertSQL() string {
+	if r.cfg.Capture == relay.CaptureWAL {
+		// Emitted into the WAL in i's order, as many transactions' calls
+		// of outbox_emit would be.
+		return `SELECT count(` + r.tables.EmitEvent() + `(($5::text || lpad(to_hex(i), 16, '0'))::uuid, 'bench',
+       coalesce($6::text, 'k' || CASE WHEN $3::bigint > 0 THEN i % $3::bigint ELSE i END), $4::jsonb,
+       NULL, NULL, '{}'::jsonb, NULL, NULL))
+FROM (SELECT i FROM generate_series($1::bigint, $2::bigint) AS i ORDER BY i) g`
+	}
 	return `INSERT INTO ` + r.tables.Outbox() + ` (id, topic, key, payload)
 SELECT ($5::text || lpad(to_hex(i), 16, '0'))::uuid, 'bench',
        coalesce($6::text, 'k' || CASE WHEN $3::bigint > 0 THEN i % $3::bigint ELSE i END), $4::json

@@ -13,10 +13,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/sinks/mqtt"
 	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/redis"
 	"github.com/heraldhq/herald/sinks/sqs"
+	"github.com/heraldhq/herald/sinks/webhook"
 )
 
 // Mode selects what a run measures.
@@ -38,6 +40,27 @@ const (
 	// ModeHotKey times the drain of a backlog while one key's events wait
 	// behind a head that keeps failing.
 	ModeHotKey Mode = "hotkey"
+	// ModeSlow runs live producers to two webhook sinks on one route, each
+	// posting to a receiver in the bench's process: "fast" answers at once,
+	// "slow" AnswerAfter late. It reports the fast sink's commit-to-arrival
+	// latency and the slow sink's throughput against what its concurrency
+	// allows.
+	ModeSlow Mode = "slow"
+	// ModeRecovery times the same backlog twice to a webhook receiver
+	// answering AnswerAfter late: once committed while the sink is up
+	// (flowing), once queued while it is down and drained when it comes
+	// back.
+	ModeRecovery Mode = "recovery"
+	// ModeSkew runs the relays with their clock ClockOffset off and a sink
+	// that fails each event's first FailAttempts attempts, and reports the
+	// spacing of the retries against the configured backoff.
+	ModeSkew Mode = "skew"
+	// ModeBinary times the relay binary from outside: a backlog is
+	// committed, `relay run` is started as a process of its own with a
+	// discard sink, and the run lasts from its start until the relay's own
+	// herald_events_published_total, scraped from its admin server, counts
+	// every event.
+	ModeBinary Mode = "binary"
 )
 
 // Sink names of the modes with two sinks (ModeOutage, ModeIsolation): "up"
@@ -47,6 +70,14 @@ const (
 const (
 	SinkUp   = "up"
 	SinkDown = "down"
+)
+
+// Sink names of ModeSlow and ModeRecovery, webhook sinks posting to
+// receivers in the bench's process.
+const (
+	SinkFast = "fast"
+	SinkSlow = "slow"
+	SinkHook = "hook"
 )
 
 // Sink types a run can publish to.
@@ -81,16 +112,18 @@ type Config struct {
 	Table string
 	// Keep leaves the run's schema in place instead of dropping it.
 	Keep bool
-	// Mode is ModeDrain, ModeLive, ModeOutage, ModeIsolation or
-	// ModeHotKey. Defaults to ModeDrain.
+	// Mode is ModeDrain, ModeLive, ModeOutage, ModeIsolation, ModeHotKey,
+	// ModeSlow, ModeRecovery, ModeSkew or ModeBinary. Defaults to ModeDrain.
 	Mode Mode
 
-	// Events is the backlog committed in ModeDrain, ModeOutage and
-	// ModeHotKey (the events of the other keys). Defaults to 200,000, and to
-	// 100,000 in ModeHotKey.
+	// Events is the backlog committed in ModeDrain, ModeOutage,
+	// ModeHotKey (the events of the other keys), ModeRecovery (each of its
+	// two phases), ModeSkew and ModeBinary. Defaults to 200,000; to 100,000
+	// in ModeHotKey, 6,000 in ModeRecovery and 200 in ModeSkew.
 	Events int
 	// Keys is the number of distinct keys; 0 gives every event its own key.
-	// Defaults to 1,000 (set KeysSet to use 0).
+	// Defaults to 1,000; to 20 in ModeRecovery and to one key per event in
+	// ModeSkew (set KeysSet to use 0).
 	Keys int
 	// KeysSet means Keys was given, so that 0 is taken as "every event its
 	// own key" rather than "use the default".
@@ -109,17 +142,29 @@ type Config struct {
 	PollOnly     bool
 	PollInterval time.Duration
 	Lease        time.Duration
+	// HandOffAfter is relay.Config.HandOffAfter for every relay: how long
+	// a batch waits for its sinks before it hands off what they have not
+	// answered (0: the relay's default).
+	HandOffAfter time.Duration
+	// Capture is relay.Config.Capture: with relay.CaptureWAL (ModeDrain
+	// or ModeLive, PostgreSQL, one relay), the backlog or the producers'
+	// events are emitted into the write-ahead log (outbox_emit_event)
+	// instead of inserted into the table, and the relay reads them from a
+	// replication slot.
+	Capture relay.Capture
 
-	// Rate is the producers' total commit rate in ModeLive, in events per
-	// second; negative means as fast as they can. Defaults to 1,000.
+	// Rate is the producers' total commit rate in ModeLive, ModeIsolation
+	// and ModeSlow, in events per second; negative means as fast as they
+	// can. Defaults to 1,000, and to 200 in ModeSlow.
 	Rate int
 	// Producers is the number of producer goroutines. Defaults to 4.
 	Producers int
 	// TxEvents is the number of events each producer transaction commits.
 	// Defaults to 1.
 	TxEvents int
-	// Duration is how long producers run in ModeLive and ModeIsolation.
-	// Defaults to 30s, and in ModeIsolation to OutageAfter + Outage + 2m.
+	// Duration is how long producers run in ModeLive, ModeIsolation and
+	// ModeSlow. Defaults to 30s; 20s in ModeSlow, and in ModeIsolation
+	// OutageAfter + Outage + 2m.
 	Duration time.Duration
 	// Baseline, when positive, first runs the producers for this long with
 	// no relay and reports their commit rate next to the rate with relays.
@@ -223,6 +268,28 @@ type Config struct {
 	// key" rather than "use the default".
 	HotEventsSet bool
 
+	// AnswerAfter is how late the receiver of the slow sink (ModeSlow) or
+	// of the sink "hook" (ModeRecovery) answers each request. Defaults to
+	// 200ms in ModeSlow and 20ms in ModeRecovery.
+	AnswerAfter time.Duration
+	// WebhookConcurrency is the requests in flight each webhook sink of
+	// ModeSlow and ModeRecovery allows (webhook.Config.Concurrency).
+	// Defaults to the sink's default, 16.
+	WebhookConcurrency int
+	// ClockOffset is added to the relays' clock (relay.Config.Clock) in
+	// ModeSkew. Defaults to 1h (set ClockOffsetSet to use 0).
+	ClockOffset time.Duration
+	// ClockOffsetSet means ClockOffset was given, so that 0 is taken as
+	// "no offset" rather than "use the default".
+	ClockOffsetSet bool
+	// FailAttempts is how many attempts of each event the sink of ModeSkew
+	// fails (retryable) before it acknowledges it. Defaults to 3; at most
+	// 9, below the relay's 10 attempts.
+	FailAttempts int
+	// RelayBinary is the relay binary ModeBinary starts. Defaults to the
+	// running executable (relay bench is the relay binary).
+	RelayBinary string
+
 	// Timeout bounds the wait for deliveries after the load is in (the
 	// whole drain, or the tail after live producers stop). Defaults to 5m.
 	Timeout time.Duration
@@ -263,10 +330,26 @@ const (
 	DefaultOutage          = 60 * time.Second
 	DefaultIsolationOutage = 5 * time.Minute
 	DefaultOutageAfter     = time.Minute
-	// DefaultFailurePause is PauseMax in ModeOutage and ModeIsolation, and
-	// BackoffMax in ModeHotKey: outages end promptly and heads are retried
-	// often, the harder case for the healthy traffic.
+	// DefaultFailurePause is PauseMax in ModeOutage, ModeIsolation and
+	// ModeRecovery, and BackoffMax in ModeHotKey and ModeSkew: outages end
+	// promptly and heads are retried often, the harder case for the healthy
+	// traffic.
 	DefaultFailurePause = time.Second
+)
+
+// Defaults of the isolation modes (issue 23's measurements).
+const (
+	DefaultSlowRate           = 200
+	DefaultSlowDuration       = 20 * time.Second
+	DefaultSlowAnswerAfter    = 200 * time.Millisecond
+	DefaultRecoveryEvents     = 6_000
+	DefaultRecoveryKeys       = 20
+	DefaultRecoveryAnswer     = 20 * time.Millisecond
+	DefaultSkewEvents         = 200
+	DefaultClockOffset        = time.Hour
+	DefaultFailAttempts       = 3
+	DefaultSkewPollInterval   = 50 * time.Millisecond
+	DefaultSkewBackoffInitial = 200 * time.Millisecond
 
 	// isolationTail is how long the producers of ModeIsolation run after
 	// the outage by default.
@@ -282,10 +365,38 @@ func (c Config) WithDefaults() Config {
 		c.Mode = ModeDrain
 	}
 	if c.Events == 0 {
-		c.Events = DefaultEvents
-		if c.Mode == ModeHotKey {
+		switch c.Mode {
+		case ModeHotKey:
 			c.Events = DefaultHotKeyEvents
+		case ModeRecovery:
+			c.Events = DefaultRecoveryEvents
+		case ModeSkew:
+			c.Events = DefaultSkewEvents
+		default:
+			c.Events = DefaultEvents
 		}
+	}
+	if c.AnswerAfter == 0 {
+		switch c.Mode {
+		case ModeSlow:
+			c.AnswerAfter = DefaultSlowAnswerAfter
+		case ModeRecovery:
+			c.AnswerAfter = DefaultRecoveryAnswer
+		}
+	}
+	if c.WebhookConcurrency == 0 {
+		c.WebhookConcurrency = webhook.DefaultConcurrency
+	}
+	if c.ClockOffset == 0 && !c.ClockOffsetSet {
+		c.ClockOffset = DefaultClockOffset
+	}
+	if c.FailAttempts == 0 {
+		c.FailAttempts = DefaultFailAttempts
+	}
+	if c.PollInterval == 0 && c.Mode == ModeSkew {
+		// The relay looks for retries coming due every poll interval: a
+		// short one keeps that wait out of the spacing measured.
+		c.PollInterval = DefaultSkewPollInterval
 	}
 	if c.HotEvents == 0 && !c.HotEventsSet {
 		c.HotEvents = DefaultHotEvents
@@ -299,14 +410,20 @@ func (c Config) WithDefaults() Config {
 	if c.OutageAfter == 0 {
 		c.OutageAfter = DefaultOutageAfter
 	}
-	if c.PauseMax == 0 && (c.Mode == ModeOutage || c.Mode == ModeIsolation) {
+	if c.PauseMax == 0 && (c.Mode == ModeOutage || c.Mode == ModeIsolation || c.Mode == ModeRecovery) {
 		c.PauseMax = DefaultFailurePause
 	}
-	if c.BackoffMax == 0 && c.Mode == ModeHotKey {
+	if c.BackoffMax == 0 && (c.Mode == ModeHotKey || c.Mode == ModeSkew) {
 		c.BackoffMax = DefaultFailurePause
 	}
 	if c.Keys == 0 && !c.KeysSet {
-		c.Keys = DefaultKeys
+		switch c.Mode {
+		case ModeRecovery:
+			c.Keys = DefaultRecoveryKeys
+		case ModeSkew: // every event its own key
+		default:
+			c.Keys = DefaultKeys
+		}
 	}
 	if c.PayloadBytes == 0 {
 		c.PayloadBytes = DefaultPayloadBytes
@@ -316,6 +433,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Rate == 0 {
 		c.Rate = DefaultRate
+		if c.Mode == ModeSlow {
+			c.Rate = DefaultSlowRate
+		}
 	}
 	if c.Producers == 0 {
 		c.Producers = DefaultProducers
@@ -325,6 +445,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Duration == 0 {
 		c.Duration = DefaultDuration
+		if c.Mode == ModeSlow {
+			c.Duration = DefaultSlowDuration
+		}
 		if c.Mode == ModeIsolation && c.Outage > 0 && c.OutageAfter > 0 {
 			c.Duration = c.OutageAfter + c.Outage + isolationTail
 		}
@@ -382,7 +505,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case !c.Mode.valid():
-		return fmt.Errorf("--mode: %q must be drain, live, outage, isolation or hotkey", c.Mode)
+		return fmt.Errorf("--mode: %q must be drain, live, outage, isolation, hotkey, slow, recovery, skew or binary", c.Mode)
 	case c.Events < 1:
 		return fmt.Errorf("--events: must be at least 1, got %d", c.Events)
 	case c.Keys < 0:
@@ -397,6 +520,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--poll-interval: must not be negative, got %s", c.PollInterval)
 	case c.Lease < 0:
 		return fmt.Errorf("--lease: must not be negative, got %s", c.Lease)
+	case c.HandOffAfter < 0:
+		return fmt.Errorf("--hand-off-after: must not be negative, got %s", c.HandOffAfter)
+	case c.Capture != "" && c.Capture != relay.CaptureTable && c.Capture != relay.CaptureWAL:
+		return fmt.Errorf("--capture: must be %q or %q, got %q", relay.CaptureTable, relay.CaptureWAL, c.Capture)
+	case c.Capture == relay.CaptureWAL && (c.Mode != ModeDrain && c.Mode != ModeLive || c.Relays != 1 || c.isMySQL()):
+		return fmt.Errorf("--capture wal: measures --mode drain or live with one relay on PostgreSQL (got mode %s, %d relays)", c.Mode, c.Relays)
 	case c.Producers < 1 || c.Producers > 1000:
 		return fmt.Errorf("--producers: must be between 1 and 1000, got %d", c.Producers)
 	case c.TxEvents < 1 || c.TxEvents > 1000:
@@ -423,6 +552,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--duration: %s must be longer than --outage-after (%s) plus --outage (%s)", c.Duration, c.OutageAfter, c.Outage)
 	case c.KafkaPartitions < 1:
 		return fmt.Errorf("--kafka-partitions: must be at least 1, got %d", c.KafkaPartitions)
+	case c.AnswerAfter < 0:
+		return fmt.Errorf("--answer-after: must not be negative, got %s", c.AnswerAfter)
+	case c.Mode == ModeSlow && c.AnswerAfter == 0:
+		return errors.New("--answer-after: must be positive with --mode slow (the slow sink's delay)")
+	case c.WebhookConcurrency < 1 || c.WebhookConcurrency > 1000:
+		return fmt.Errorf("--webhook-concurrency: must be between 1 and 1000, got %d", c.WebhookConcurrency)
+	case c.FailAttempts < 1 || c.FailAttempts > 9:
+		return fmt.Errorf("--fail-attempts: must be between 1 and 9 (the relay makes 10 attempts), got %d", c.FailAttempts)
+	case c.ClockOffset < -24*time.Hour || c.ClockOffset > 24*time.Hour:
+		return fmt.Errorf("--clock-offset: must be within ±24h, got %s", c.ClockOffset)
+	}
+	if err := c.validateMode(); err != nil {
+		return err
 	}
 	switch c.Sink {
 	case SinkDiscard, SinkNATS:
@@ -471,7 +613,7 @@ func (c Config) Validate() error {
 	if c.Mode == ModeHotKey && c.Events+c.HotEvents > maxLiveEvents {
 		return fmt.Errorf("--events, --hot-events: %d events in all, at most %d", c.Events+c.HotEvents, maxLiveEvents)
 	}
-	if c.Mode == ModeLive || c.Mode == ModeIsolation {
+	if c.Mode.live() {
 		if n := c.liveCapacity(); n > maxLiveEvents {
 			return fmt.Errorf("--rate, --duration: %d events to track, at most %d", n, maxLiveEvents)
 		}
@@ -482,16 +624,37 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// validateMode checks what the isolation and binary modes require: they
+// run on PostgreSQL, and the slow and recovery modes' webhook sinks post
+// to receivers of their own.
+func (c Config) validateMode() error {
+	switch c.Mode {
+	case ModeSlow, ModeRecovery, ModeSkew, ModeBinary:
+	default:
+		return nil
+	}
+	if c.isMySQL() {
+		return fmt.Errorf("--mode: %s runs on PostgreSQL only", c.Mode)
+	}
+	if c.Sink != SinkDiscard && c.Mode != ModeRecovery {
+		return fmt.Errorf("--sink: --mode %s chooses its own sinks (leave --sink at discard)", c.Mode)
+	}
+	if c.Relays != 1 && c.Mode == ModeBinary {
+		return errors.New("--relays: --mode binary starts one relay process")
+	}
+	return nil
+}
+
 func (m Mode) valid() bool {
 	switch m {
-	case ModeDrain, ModeLive, ModeOutage, ModeIsolation, ModeHotKey:
+	case ModeDrain, ModeLive, ModeOutage, ModeIsolation, ModeHotKey, ModeSlow, ModeRecovery, ModeSkew, ModeBinary:
 		return true
 	}
 	return false
 }
 
 // live reports whether producers commit while the relays run.
-func (m Mode) live() bool { return m == ModeLive || m == ModeIsolation }
+func (m Mode) live() bool { return m == ModeLive || m == ModeIsolation || m == ModeSlow }
 
 // liveCapacity is the number of events a live run may commit (with room for
 // producers running slightly ahead of schedule).

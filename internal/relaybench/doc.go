@@ -35,6 +35,24 @@
 //     the other keys and reports the claims' durations; afterwards the key
 //     heals and its events are delivered.
 //
+// Three modes measure isolation (issue 23), with webhook sinks posting to
+// receivers in the bench's process (receiver.go), which note when each
+// event arrived:
+//
+//   - ModeSlow runs ModeLive's producers to a fast and a slow webhook on one
+//     route and reports the fast one's commit-to-arrival latency and the
+//     slow one's throughput against what its concurrency allows;
+//   - ModeRecovery times the same number of events to a webhook flowing
+//     (committed while it is up) and queued (committed while it is down,
+//     drained once it is back);
+//   - ModeSkew sets relay.Config.Clock hours off, fails each event's first
+//     attempts and compares the retries' spacing with the backoff.
+//
+// ModeBinary times the relay as a user meets it (issue 25): `relay run` in
+// a process of its own, from its start until its own
+// herald_events_published_total, scraped from its admin server, counts the
+// committed backlog.
+//
 // On MySQL or MariaDB (a mysql:// Config.DatabaseURL; mysql.go), ModeDrain
 // and ModeLive run in a database of the run's own. The backlog and the
 // producers are plain INSERTs, the drain wakes the relays in process after

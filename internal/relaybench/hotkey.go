@@ -144,7 +144,7 @@ func (r *run) waitQueued(ctx context.Context, rs *relays, n int64, deadline time
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("queueing the hot key's events: %d of %d queued after %s", queued, n, r.cfg.Timeout)
+			return fmt.Errorf("queueing events: %d of %d queued after --timeout %s", queued, n, r.cfg.Timeout)
 		}
 		if !sleep(ctx, 20*time.Millisecond) {
 			return ctx.Err()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/outbox"
+	"github.com/heraldhq/herald/relay"
 )
 
 // live runs the producers (first alone for cfg.Baseline, then with the
@@ -56,6 +57,7 @@ func (r *run) live(ctx context.Context) error {
 	}
 	fmt.Fprintf(cfg.Progress, "%s: %d producers at %s for %s, %d relay(s)...\n", cfg.Mode, cfg.Producers, rate, cfg.Duration, cfg.Relays)
 	m := r.startMeasuring("the measured phase (VmHWM reset at its start); includes producers and the recorder")
+	r.producersStart = m.start
 	committedSoFar := func() int64 { return r.committed.Load() }
 	stopReports := r.startReports(ctx, m.start, committedSoFar)
 	var iso *isolation
@@ -131,7 +133,11 @@ func (r *run) producerConns(ctx context.Context) (newProducers func(baseline boo
 			return &producers{r: r, db: db, baseline: baseline}
 		}, func() { db.Close() }, nil
 	}
-	writer, err := outbox.NewWriter(outbox.Config{Tables: r.tables})
+	capture := outbox.Table
+	if r.cfg.Capture == relay.CaptureWAL {
+		capture = outbox.WAL
+	}
+	writer, err := outbox.NewWriter(outbox.Config{Tables: r.tables, Capture: capture})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/mqtttest"
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/internal/relaybench"
-	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/sinks/mqtt"
-	"github.com/heraldhq/herald/sinks/mqtt/mqtttest"
 )
 
 // TestDrainMQTT: a drain through the MQTT sink counts every event

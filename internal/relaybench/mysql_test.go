@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/internal/mysqlurl"
 	"github.com/heraldhq/herald/internal/relaybench"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 )
 
 // runMySQL runs cfg against the MySQL test server and checks the

@@ -19,8 +19,11 @@ type observer struct {
 	publishes []time.Duration
 	claimed   int64
 
-	recorded   atomic.Int64 // events whose outcome was recorded
-	failed     atomic.Int64
+	recorded atomic.Int64 // events whose outcome was recorded
+	failed   atomic.Int64
+	// handedOff counts events a batch stopped waiting for (a sink had not
+	// answered them within relay.Config.HandOffAfter).
+	handedOff  atomic.Int64
 	onRecorded func()
 }
 
@@ -54,6 +57,8 @@ func (o *observer) SinkPublish(_ string, events int, took time.Duration) {
 }
 
 func (o *observer) Failed(string, string, string) { o.failed.Add(1) }
+
+func (o *observer) SinkHandedOff(_ string, events int) { o.handedOff.Add(int64(events)) }
 
 // reset forgets the timings and counts so far: a measured phase begins.
 func (o *observer) reset() {

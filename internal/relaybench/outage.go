@@ -36,6 +36,11 @@ type OutageResult struct {
 	CatchUpEventsPerSecond float64 `json:"catch_up_events_per_s"`
 	// Writes are the row writes the run cost.
 	Writes Writes `json:"writes"`
+	// HandedOff is the events batches stopped waiting for (a sink had not
+	// answered within relay.hand_off_after): each costs its delivery's
+	// INSERT and DELETE, and sometimes a promotion, on top of the outage's
+	// own writes. 0 on a machine that keeps up.
+	HandedOff int64 `json:"handed_off"`
 }
 
 // Writes are row writes counted by PostgreSQL's statistics
@@ -121,6 +126,7 @@ func (r *run) outage(ctx context.Context) error {
 	ackedBefore := down.rec.Unique()
 	out.OutageSeconds = float64(healed-m.start) / 1e9
 	out.Probes = down.fault.refused.Load()
+	out.HandedOff = r.obs.handedOff.Load()
 	fmt.Fprintf(cfg.Progress, "sink down is back, %d deliveries waiting for it; catching up...\n", out.QueueDepth)
 
 	end, err := r.waitEmpty(ctx, rs, nil, int64(cfg.Events), true, healed+cfg.Timeout.Nanoseconds())

@@ -88,6 +88,24 @@ func (rec *Recording) add(events []sinks.Event, results []error, ack int64) {
 	}
 }
 
+// addArrival records the event of index idx, of key number key, as
+// delivered at the nanoseconds at: what a receiver in the bench's process
+// saw arrive. The events of a key are committed in index order (the seq's
+// order), so the index stands for the seq.
+func (rec *Recording) addArrival(idx, key, at int64) {
+	rec.mu.Lock()
+	if idx >= 0 && idx < int64(len(rec.seen)) && !rec.seen[idx] {
+		rec.seen[idx] = true
+		rec.unique++
+	}
+	rec.records = append(rec.records, Record{Index: idx, Seq: idx + 1, Key: key, AckNanos: at})
+	unique, notify := rec.unique, rec.onRecord
+	rec.mu.Unlock()
+	if notify != nil {
+		notify(unique)
+	}
+}
+
 // Unique returns the number of distinct events of the run acknowledged.
 func (rec *Recording) Unique() int {
 	rec.mu.Lock()

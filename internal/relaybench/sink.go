@@ -32,6 +32,7 @@ import (
 	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sns"
 	"github.com/heraldhq/herald/sinks/sqs"
 	"github.com/heraldhq/herald/sinks/webhook"
@@ -175,7 +176,7 @@ func (d *destinationEnv) startWebhook(cfg Config, logger *slog.Logger) error {
 	if _, err := rand.Read(key); err != nil {
 		return fmt.Errorf("making a webhook secret: %w", err)
 	}
-	secret := sinks.Secret("whsec_" + base64.StdEncoding.EncodeToString(key))
+	secret := sinkconfig.Secret("whsec_" + base64.StdEncoding.EncodeToString(key))
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
 		return webhook.New(sinkName, webhook.Config{URL: cfg.WebhookURL, Secret: secret}, logger)
 	}
@@ -213,7 +214,7 @@ func (d *destinationEnv) startRabbitMQ(cfg Config, name string, logger *slog.Log
 	})
 	d.destination = literal(queue)
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
-		return rabbitmq.New(sinkName, rabbitmq.Config{URL: sinks.Secret(cfg.RabbitMQURL)}, logger)
+		return rabbitmq.New(sinkName, rabbitmq.Config{URL: sinkconfig.Secret(cfg.RabbitMQURL)}, logger)
 	}
 	return nil
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/heraldhq/herald/internal/natstest"
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/nats/natstest"
 )
 
 // TestNATSStreamKeepsTheNewestMessages checks that the throwaway stream

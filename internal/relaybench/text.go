@@ -11,8 +11,15 @@ import (
 func (res *Result) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
 	sinkText := "sink " + res.Sink
-	if res.Mode == ModeOutage || res.Mode == ModeIsolation {
+	switch res.Mode {
+	case ModeOutage, ModeIsolation:
 		sinkText = fmt.Sprintf("sinks %s (%s) and %s (in-process, refusing every event during the outage)", SinkUp, res.Sink, SinkDown)
+	case ModeSlow:
+		sinkText = fmt.Sprintf("webhook sinks %s and %s (receivers in-process)", SinkFast, SinkSlow)
+	case ModeRecovery:
+		sinkText = fmt.Sprintf("sinks %s (%s) and %s (webhook, receiver in-process)", SinkUp, res.Sink, SinkHook)
+	case ModeBinary:
+		sinkText = "relay run with a discard sink"
 	}
 	ew.printf("mode %s, %s, %d relay(s) × %d worker(s), batch size %d, %s, %d-byte payloads%s\n",
 		res.Mode, sinkText, res.Relays, res.Workers, res.BatchSize, keysText(res.Keys), res.PayloadBytes, pollText(res.PollOnly))
@@ -22,15 +29,26 @@ func (res *Result) WriteText(w io.Writer) error {
 	if h := res.HotKey; h != nil {
 		writeHotKey(ew, h)
 	}
-	if o := res.Outage; o != nil {
-		writeOutage(ew, res.Events, o)
-	} else {
+	switch {
+	case res.Outage != nil:
+		writeOutage(ew, res.Events, res.Outage)
+	case res.Recovery != nil:
+		writeRecovery(ew, res.Recovery)
+	case res.Binary != nil:
+		b := res.Binary
+		ew.printf("%d events in %.3fs from the process's start: %.0f events/s (admin /metrics up after %.3fs, %d scrapes)\n",
+			res.Events, res.ElapsedSeconds, res.EventsPerSecond, b.MetricsUpSeconds, b.Scrapes)
+		ew.printf("first event published %.3fs after the start; %.0f events/s from then on\n", b.FirstPublishedSeconds, b.DrainEventsPerSecond)
+	default:
 		ew.printf("%d events in %.3fs: %.0f events/s\n", res.Events, res.ElapsedSeconds, res.EventsPerSecond)
 	}
 	if p := res.Latency; p != nil {
 		who := ""
 		if res.Isolation != nil {
 			who = " (sink up)"
+		}
+		if res.Slow != nil {
+			who = " (sink fast)"
 		}
 		ew.printf("commit-to-publish latency%s: p50 %.2fms  p90 %.2fms  p99 %.2fms  max %.2fms\n", who, p.P50, p.P90, p.P99, p.Max)
 	}
@@ -44,6 +62,12 @@ func (res *Result) WriteText(w io.Writer) error {
 	}
 	if iso := res.Isolation; iso != nil {
 		writeIsolation(ew, iso, res.Minutes)
+	}
+	if sl := res.Slow; sl != nil {
+		writeSlow(ew, sl)
+	}
+	if sk := res.Skew; sk != nil {
+		writeSkew(ew, sk)
 	}
 	if p := res.Producers; p != nil {
 		perTx := "one event per transaction"
@@ -75,6 +99,12 @@ func (res *Result) WriteText(w io.Writer) error {
 	ew.printf("peak RSS: %s over %s; the recorder holds %s of it at most\n", mib(res.PeakRSSBytes), res.RSSScope, mib(res.RecorderBytes))
 	if res.RowsLeft != 0 {
 		ew.printf("rows left in the outbox table: %d\n", res.RowsLeft)
+	}
+	if b := res.Binary; b != nil {
+		// The relay ran out of process: its counter, not the recorder.
+		ew.printf("counted by %s: %d of %d events; rows left %d (per-event order not checked out of process)\n",
+			publishedMetric, b.Published, res.Events, res.RowsLeft)
+		return ew.err
 	}
 	ew.printf("%s\n", res.Verification)
 	for _, p := range res.Verification.Problems {
@@ -139,6 +169,41 @@ func writeIsolation(ew *errWriter, iso *IsolationResult, minutes []Interval) {
 			ew.printf("  %5.0fs  %-6s  p50 %7.2fms  p99 %7.2fms  ×%.2f  queue %d\n", m.AtSeconds, m.Phase, m.LatencyP50, m.LatencyP99, m.P99Ratio, queue)
 		}
 		ew.printf("worst minute from the outage on: p99 ×%.2f the p99 before it\n", iso.WorstMinuteP99Ratio)
+	}
+}
+
+func writeSlow(ew *errWriter, s *SlowResult) {
+	if p := s.FastArrival; p != nil {
+		ew.printf("commit-to-arrival at sink fast's receiver: p50 %.2fms  p90 %.2fms  p99 %.2fms  max %.2fms\n", p.P50, p.P90, p.P99, p.Max)
+	}
+	if p := s.SlowArrival; p != nil {
+		ew.printf("commit-to-arrival at sink slow's receiver: p50 %.2fms  p99 %.2fms  max %.2fms\n", p.P50, p.P99, p.Max)
+	}
+	ew.printf("sink slow: %d events in %.3fs from the producers' start: %.1f events/s, %.0f%% of the %.1f/s its concurrency allows (%d in flight × 1/%s); at most %d requests at once\n",
+		s.SlowEvents, s.SlowSeconds, s.SlowEventsPerSecond, 100*s.CapacityShare, s.CapacityPerSecond, s.Concurrency,
+		seconds(s.AnswerAfterMS/1e3), s.SlowPeakInFlight)
+	ew.printf("events handed off (a batch stopped waiting for them): %d\n", s.HandedOff)
+}
+
+func writeRecovery(ew *errWriter, rc *RecoveryResult) {
+	ew.printf("sink hook answers %s late, %d requests in flight; sink pause at most %s\n",
+		seconds(rc.AnswerAfterMS/1e3), rc.Concurrency, seconds(rc.PauseMaxSeconds))
+	ew.printf("flowing: %d events in %.3fs: %.0f events/s\n", rc.EventsEach, rc.FlowingSeconds, rc.FlowingEventsPerSecond)
+	ew.printf("queued:  %d deliveries waiting when hook came back, drained in %.3fs: %.0f events/s (ratio to flowing %.2f); first arrival after %.3fs, %.0f events/s from then on\n",
+		rc.QueueDepth, rc.QueuedSeconds, rc.QueuedEventsPerSecond, rc.Ratio, rc.ProbeWaitSeconds, rc.QueuedAfterProbeEventsPerSecond)
+	ew.printf("at most %d requests at hook's receiver at once\n", rc.PeakInFlight)
+}
+
+func writeSkew(ew *errWriter, s *SkewResult) {
+	ew.printf("relays' clock %s off; each event's first %d attempts fail; %d attempts in all; retries looked for every %s\n",
+		seconds(s.ClockOffsetSeconds), s.FailAttempts, s.Attempts, seconds(s.PollIntervalMS/1e3))
+	for _, rs := range s.Retries {
+		if p := rs.Observed; p != nil {
+			ew.printf("  after attempt %d: configured %.0fms, observed min %.1fms  p50 %.1fms  p99 %.1fms  max %.1fms (p50 ×%.2f)\n",
+				rs.After, rs.ConfiguredMS, rs.MinMS, p.P50, p.P99, p.Max, rs.Ratio)
+		} else {
+			ew.printf("  after attempt %d: configured %.0fms, no retry observed\n", rs.After, rs.ConfiguredMS)
+		}
 	}
 }
 

@@ -13,9 +13,9 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/migrations/mysql"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 )
 
 // storeSQL reads store.sql: its statements by name, rendered for the

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/migrations/mysql"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 )
 
 // tableCount counts the tables of the test database named like the outbox.

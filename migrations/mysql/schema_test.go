@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/migrations/mysqltest"
+	"github.com/heraldhq/herald/internal/mysqltest"
 )
 
 // TestPlainInsertTakesDefaults: the table contract. A plain INSERT of a

@@ -13,8 +13,11 @@
 //	POST /dlq/replay       replay dead letters (JSON body, see Selection;
 //	                       answer, see OperationResult)
 //	POST /dlq/purge        delete dead letters (same)
-//	/ui/                   the web console (Deps.Console, relay/console),
-//	                       when given
+//	/ui/                   the web console, when Opts.Console is set
+//
+// NewForRelay builds the server of one relay, console included: it is what
+// `relay run` serves, and the one call an embedding service makes. New
+// builds the JSON endpoints alone from functions the caller supplies.
 //
 // The /dlq endpoints require "Authorization: Bearer <token>" when a token is
 // configured, compared in constant time. A token is required whenever the
@@ -63,7 +66,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/relay/deadletter"
-	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // DefaultListen is the address the admin server listens on by default.
@@ -75,7 +78,7 @@ type Config struct {
 	Listen string
 	// Token, when set, is the bearer token the /dlq endpoints require. It is
 	// required when Listen is not a loopback address.
-	Token sinks.Secret
+	Token sinkconfig.Secret
 	// ReadyPauseThreshold is how long a sink may stay paused (down) before
 	// /readyz reports the relay not ready. Defaults to 1 minute.
 	ReadyPauseThreshold time.Duration
@@ -163,9 +166,6 @@ type Deps struct {
 	// (sinks.Checker): nil for one that answered, else why it did not.
 	// Nil means no sink is checked.
 	SinkErrors func() map[string]error
-	// Console serves the web console under /ui/ (relay/console). Nil
-	// leaves /ui/ out.
-	Console http.Handler
 	// Metrics serves /metrics. Nil leaves /metrics out.
 	Metrics http.Handler
 	// DeadLetters serves the /dlq endpoints.
@@ -182,8 +182,12 @@ type Server struct {
 	mux  *http.ServeMux
 }
 
-// New returns a server; it does not listen until Serve.
-func New(cfg Config, deps Deps) (*Server, error) {
+// New returns a server of the JSON endpoints, without the console; it does
+// not listen until Serve.
+func New(cfg Config, deps Deps) (*Server, error) { return newServer(cfg, deps, nil) }
+
+// newServer returns a server that also serves ui, when not nil, under /ui/.
+func newServer(cfg Config, deps Deps, ui http.Handler) (*Server, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -206,8 +210,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.Handle("/dlq/{id}", s.authorized(allow(s.dlqShow, http.MethodGet, http.MethodHead)))
 	s.mux.Handle("/dlq/replay", s.authorized(allow(s.changing(s.dlqReplay), http.MethodPost)))
 	s.mux.Handle("/dlq/purge", s.authorized(allow(s.changing(s.dlqPurge), http.MethodPost)))
-	if deps.Console != nil {
-		s.mux.Handle("/ui/", s.browserGuard(deps.Console))
+	if ui != nil {
+		s.mux.Handle("/ui/", s.browserGuard(ui))
 	}
 	return s, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/relay/deadletter"
 )
 

@@ -1,10 +1,11 @@
 // Package deadletter is where operators meet the outbox: it lists, shows,
 // replays and purges dead letters, and reads the backlog figures that `relay
-// status` and the admin server report. Every SQL statement of these
-// operations lives here, for PostgreSQL (postgres.go, New) and for MySQL
-// and MariaDB (mysql.go, NewMySQL): the filters, paging, batching and the
-// assembly of what the operations return are shared, each database's
-// statements sit behind the small backend interface.
+// status` and the admin server report, on PostgreSQL (New) or MySQL and
+// MariaDB (NewMySQL). It holds the filters, paging, batching and the
+// assembly of what the operations return; the statements are each
+// database's store's (relay/internal/pgstore, relay/internal/mysqlstore,
+// behind store.Operator), beside the relay's own, so that one package per
+// database writes everything that keeps the queues whole.
 //
 // A dead letter is a delivery in state 'dead' in the deliveries table: one
 // event on one sink, so an event that failed for good on two sinks is two
@@ -39,6 +40,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/heraldhq/herald/relay/internal/store"
 )
 
 // DefaultBatchSize is the most rows one statement reads or changes.
@@ -68,35 +71,10 @@ func (e *InputError) Error() string { return e.Field + ": " + e.Reason }
 // Store runs the dead-letter and status operations on one outbox table,
 // on PostgreSQL (New) or MySQL (NewMySQL).
 type Store struct {
-	db backend
+	db store.Operator
 	// outbox is the quoted outbox table, as errors name it.
 	outbox    string
 	batchSize int
-}
-
-// backend is one database's statements. Each method is one short
-// transaction, or one statement, of its own.
-type backend interface {
-	// page returns at most limit dead letters matching f after p in (seq,
-	// sink) order, or before p in descending order (newest).
-	page(ctx context.Context, f Filter, p position, limit int, newest bool) ([]DeadLetter, error)
-	// count counts the dead letters matching f, no further than limit
-	// when it is positive.
-	count(ctx context.Context, f Filter, limit int64) (int64, error)
-	// show reads the event id from the outbox and its deliveries, from one
-	// snapshot.
-	show(ctx context.Context, id uuid.UUID) (shown, error)
-	// batch takes the next n dead letters matching f after p under the
-	// lock of every lane, replays them (replay set) or purges them, gives
-	// the queues it changed their heads and wakes the relays, in one
-	// transaction.
-	batch(ctx context.Context, f Filter, p position, n int, replay *ReplayOpts) ([]selected, error)
-	// status reads what Status sums up.
-	status(ctx context.Context) (*statusRows, error)
-	// totals reads what Totals returns.
-	totals(ctx context.Context) (totalsRow, error)
-	heldKeys(ctx context.Context, limit int) ([]HeldKey, error)
-	keyQueues(ctx context.Context, key string, limit int) (map[string][]KeyDelivery, error)
 }
 
 // Filter selects dead letters. Zero fields select everything; set fields
@@ -146,46 +124,25 @@ func (f Filter) Validate() error {
 	return nil
 }
 
-// position is a place in the (seq, sink) order of dead letters.
-type position struct {
-	seq  int64
-	sink string
-	// wholeSeq: the position is after every dead letter of seq (before
-	// every one, going from the newest); sink is not compared.
-	wholeSeq bool
-}
-
 // start is before every dead letter: seqs are positive.
-var start = position{seq: math.MinInt64}
+var start = store.DeadLetterPosition{Seq: math.MinInt64}
 
 // end is after every dead letter, for a list from the newest.
-var end = position{seq: math.MaxInt64, wholeSeq: true}
+var end = store.DeadLetterPosition{Seq: math.MaxInt64, WholeSeq: true}
 
-func at(seq int64, sink string) position { return position{seq: seq, sink: sink} }
+func at(seq int64, sink string) store.DeadLetterPosition {
+	return store.DeadLetterPosition{Seq: seq, Sink: sink}
+}
 
 // before reports whether p is before the dead letter (seq, sink).
-func (p position) before(seq int64, sink string) bool {
-	return p.seq < seq || p.seq == seq && !p.wholeSeq && p.sink < sink
+func before(p store.DeadLetterPosition, seq int64, sink string) bool {
+	return p.Seq < seq || p.Seq == seq && !p.WholeSeq && p.Sink < sink
 }
 
 // TopicLike translates a topic pattern (* matches any run of characters) to
 // a LIKE pattern, escaping LIKE's own wildcards and escape character. The
 // empty pattern stays empty.
-func TopicLike(pattern string) string {
-	var b strings.Builder
-	for _, r := range pattern {
-		switch r {
-		case '\\', '%', '_':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case '*':
-			b.WriteByte('%')
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
+func TopicLike(pattern string) string { return store.TopicLike(pattern) }
 
 // DeadLetter is one dead delivery (an event on one sink) as List reports
 // it. Its JSON fields are seq, id, topic, key (absent without one), sink,
@@ -248,7 +205,7 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 	case opts.AfterSeq == 0 && opts.AfterSink == "":
 		after = start
 	case opts.AfterSink == "":
-		after = position{seq: opts.AfterSeq, wholeSeq: true} // after all of AfterSeq, either way
+		after = store.DeadLetterPosition{Seq: opts.AfterSeq, WholeSeq: true} // after all of AfterSeq, either way
 	}
 	for {
 		n := s.batchSize
@@ -276,10 +233,14 @@ func (s *Store) List(ctx context.Context, f Filter, opts ListOpts, fn func(DeadL
 	}
 }
 
-func (s *Store) listPage(ctx context.Context, f Filter, after position, limit int, newest bool) ([]DeadLetter, error) {
-	page, err := s.db.page(ctx, f, after, limit, newest)
+func (s *Store) listPage(ctx context.Context, f Filter, after store.DeadLetterPosition, limit int, newest bool) ([]DeadLetter, error) {
+	rows, err := s.db.DeadLetters(ctx, store.DeadLetterFilter(f), after, limit, newest)
 	if err != nil {
 		return nil, fmt.Errorf("listing dead letters of %s: %w", s.outbox, err)
+	}
+	page := make([]DeadLetter, len(rows))
+	for i, d := range rows {
+		page[i] = DeadLetter(d)
 	}
 	return page, nil
 }
@@ -289,7 +250,7 @@ func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
-	n, err := s.db.count(ctx, f, 0)
+	n, err := s.db.CountDeadLetters(ctx, store.DeadLetterFilter(f), 0)
 	if err != nil {
 		return 0, fmt.Errorf("counting dead letters of %s: %w", s.outbox, err)
 	}
@@ -309,13 +270,46 @@ func (s *Store) CountAtMost(ctx context.Context, f Filter, limit int64) (n int64
 	if limit <= 0 {
 		return 0, false, &InputError{"limit", fmt.Sprintf("must be positive, got %d", limit)}
 	}
-	if n, err = s.db.count(ctx, f, limit+1); err != nil {
+	if n, err = s.db.CountDeadLetters(ctx, store.DeadLetterFilter(f), limit+1); err != nil {
 		return 0, false, fmt.Errorf("counting dead letters of %s: %w", s.outbox, err)
 	}
 	if n > limit {
 		return limit, true, nil
 	}
 	return n, false, nil
+}
+
+// Cause is an error text without what a row showing the event and its
+// sink already says: sinks wrap their errors as "publishing event ID to
+// DESTINATION: …" or "event ID: …". With eventID "", the prefix goes
+// whatever event it names: a sink's error shown without its event (why it
+// is paused). For display only: the stored text stays whole (Show, the
+// JSON answers).
+func Cause(eventID, text string) string {
+	if eventID == "" {
+		eventID = prefixedID(text)
+	}
+	if rest, ok := strings.CutPrefix(text, "publishing event "+eventID+" to "); ok {
+		if _, after, found := strings.Cut(rest, ": "); found {
+			text = after
+		}
+	}
+	return strings.TrimPrefix(text, "event "+eventID+": ")
+}
+
+// prefixedID is the event id text starts with after "publishing event "
+// or "event ", or "" when there is none.
+func prefixedID(text string) string {
+	for _, prefix := range []string{"publishing event ", "event "} {
+		rest, ok := strings.CutPrefix(text, prefix)
+		if !ok || len(rest) < 36 {
+			continue
+		}
+		if _, err := uuid.Parse(rest[:36]); err == nil {
+			return rest[:36]
+		}
+	}
+	return "\x00" // matches no prefix
 }
 
 // Event statuses, as Show reports them.
@@ -424,39 +418,6 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// eventColumns are an event's columns as the outbox and the deliveries
-// store them, NULL as nil.
-type eventColumns struct {
-	payload     *string
-	payloadBin  []byte
-	headers     []byte
-	maxAttempts *int32
-}
-
-func (c *eventColumns) fill(e *Event) error {
-	switch {
-	case c.payload != nil:
-		e.Payload, e.PayloadJSON = []byte(*c.payload), true
-	case c.payloadBin != nil:
-		e.Payload = c.payloadBin
-	}
-	if c.maxAttempts != nil {
-		e.MaxAttempts = int(*c.maxAttempts)
-	}
-	e.Headers = map[string]string{}
-	return decodeHeaders(c.headers, e.Headers)
-}
-
-// shown is an event as a backend read it for Show.
-type shown struct {
-	// event has its fields and deliveries; its Status is left to Show.
-	event Event
-	// outbox is the status of its outbox row, "" without one.
-	outbox string
-	// decoded is the error decoding its payload or headers.
-	decoded error
-}
-
 // Show returns the event with the given id, from the outbox and its
 // deliveries, whatever its status, or ErrNotFound.
 func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
@@ -464,18 +425,40 @@ func (s *Store) Show(ctx context.Context, id string) (*Event, error) {
 	if err != nil {
 		return nil, &InputError{"id", fmt.Sprintf("%q is not a UUID", truncate(id, 60))}
 	}
-	got, err := s.db.show(ctx, u)
+	got, err := s.db.ShowEvent(ctx, u.String())
 	if err != nil {
 		return nil, fmt.Errorf("reading event %s from %s: %w", id, s.outbox, err)
 	}
-	e := &got.event
-	if got.outbox == "" && len(e.Deliveries) == 0 {
+	if got.OutboxStatus == "" && len(got.Deliveries) == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	if got.decoded != nil {
-		return nil, fmt.Errorf("event %s: %w", id, got.decoded)
+	e := &Event{
+		Seq: got.Seq, ID: got.ID, Topic: got.Topic, Key: got.Key, ContentType: got.ContentType,
+		CreatedAt: got.CreatedAt, AvailableAt: got.AvailableAt, FinishedAt: got.FinishedAt,
+		Headers: map[string]string{}, Deliveries: make(map[string]Delivery, len(got.Deliveries)),
 	}
-	e.Status = eventStatus(got.outbox, e.Deliveries)
+	c := got.Columns
+	switch {
+	case c.Payload != nil:
+		e.Payload, e.PayloadJSON = []byte(*c.Payload), true
+	case c.PayloadBin != nil:
+		e.Payload = c.PayloadBin
+	}
+	if c.MaxAttempts != nil {
+		e.MaxAttempts = int(*c.MaxAttempts)
+	}
+	if err := decodeHeaders(c.Headers, e.Headers); err != nil {
+		return nil, fmt.Errorf("event %s: %w", id, err)
+	}
+	for sink, d := range got.Deliveries {
+		shown := Delivery{State: d.State, Attempts: d.Attempts, Error: d.Error, NextAt: d.NextAt,
+			QueuedAt: d.QueuedAt, DeadAt: d.DeadAt, StopsKey: d.StopsKey}
+		if d.Head != nil {
+			shown.Head = &QueueHead{Seq: d.Head.Seq, ID: d.Head.ID, State: d.Head.State}
+		}
+		e.Deliveries[sink] = shown
+	}
+	e.Status = eventStatus(got.OutboxStatus, e.Deliveries)
 	return e, nil
 }
 

@@ -360,3 +360,32 @@ func TestListShowsTimesPastYear9999(t *testing.T) {
 		t.Fatalf("the event does not encode as JSON: %v", err)
 	}
 }
+
+func TestCause(t *testing.T) {
+	t.Parallel()
+	const id = "0190a0b0-0000-7000-8000-000000000001"
+	for text, want := range map[string]string{
+		"publishing event " + id + " to billing: endpoint answered 400 Bad Request": "endpoint answered 400 Bad Request",
+		"publishing event " + id + " to hook (max_body_bytes): event is 2 MiB":      "event is 2 MiB",
+		"event " + id + ": destination is empty: not a stream name":                 "destination is empty: not a stream name",
+		// Another event's id, or no prefix: the text as stored.
+		"publishing event 0190a0b0-0000-7000-8000-000000000002 to billing: x": "publishing event 0190a0b0-0000-7000-8000-000000000002 to billing: x",
+		"HTTP 500": "HTTP 500",
+		"":         "",
+	} {
+		if got := deadletter.Cause(id, text); got != want {
+			t.Errorf("Cause(%q) = %q, want %q", text, got, want)
+		}
+	}
+	// Without an id, whatever event the prefix names.
+	for text, want := range map[string]string{
+		"publishing event 0190a0b0-0000-7000-8000-000000000002 to hook: endpoint answered 403 Forbidden": "endpoint answered 403 Forbidden",
+		"event " + id + ": key too long":                                     "key too long",
+		"publishing event not-a-uuid-at-all-but-thirty-six-chars to hook: x": "publishing event not-a-uuid-at-all-but-thirty-six-chars to hook: x",
+		"dial tcp 127.0.0.1:9: connection refused":                           "dial tcp 127.0.0.1:9: connection refused",
+	} {
+		if got := deadletter.Cause("", text); got != want {
+			t.Errorf("Cause(\"\", %q) = %q, want %q", text, got, want)
+		}
+	}
+}

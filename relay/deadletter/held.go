@@ -57,9 +57,13 @@ func (s *Store) HeldKeys(ctx context.Context, limit int) ([]HeldKey, error) {
 	if limit <= 0 {
 		return nil, &InputError{"limit", fmt.Sprintf("must be positive, got %d", limit)}
 	}
-	out, err := s.db.heldKeys(ctx, limit)
+	rows, err := s.db.HeldKeys(ctx, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading the held keys of %s: %w", s.outbox, err)
+	}
+	out := make([]HeldKey, len(rows))
+	for i, h := range rows {
+		out[i] = HeldKey(h)
 	}
 	return out, nil
 }
@@ -75,9 +79,17 @@ func (s *Store) KeyQueues(ctx context.Context, key string, limit int) (map[strin
 	if key == "" {
 		return map[string][]KeyDelivery{}, nil // events without a key are queues of their own
 	}
-	out, err := s.db.keyQueues(ctx, key, limit)
+	queues, err := s.db.KeyQueues(ctx, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading the queues of key %q in %s: %w", truncate(key, 60), s.outbox, err)
+	}
+	out := make(map[string][]KeyDelivery, len(queues))
+	for sink, q := range queues {
+		ds := make([]KeyDelivery, len(q))
+		for i, d := range q {
+			ds[i] = KeyDelivery(d)
+		}
+		out[sink] = ds
 	}
 	return out, nil
 }

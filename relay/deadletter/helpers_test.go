@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
+	"github.com/heraldhq/herald/internal/pgtest"
+	_ "github.com/heraldhq/herald/internal/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
-	"github.com/heraldhq/herald/migrations/mysqltest"
-	"github.com/heraldhq/herald/migrations/pgtest"
-	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/deadletter"
 )

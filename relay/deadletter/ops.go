@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/heraldhq/herald/relay/internal/store"
 )
 
 // Result is what a Replay or Purge did.
@@ -36,6 +38,41 @@ type ReplayOpts struct {
 	Progress ProgressFunc
 }
 
+// Plan counts the dead letters f matches now and returns f fixed to them:
+// narrowed (Until) to those that died before the database's current time.
+// A Replay or Purge of the returned filter changes the dead letters
+// counted, and none that die after the count: new events refused, or
+// replayed ones failing again. (One that died in a transaction begun
+// before the count and committed after it is changed without having been
+// counted: the count cannot see it, and it did die before.)
+func (s *Store) Plan(ctx context.Context, f Filter) (Filter, int64, error) {
+	if err := f.Validate(); err != nil {
+		return f, 0, err
+	}
+	f, err := s.fixed(ctx, f)
+	if err != nil {
+		return f, 0, err
+	}
+	n, err := s.db.CountDeadLetters(ctx, store.DeadLetterFilter(f), 0)
+	if err != nil {
+		return f, 0, fmt.Errorf("counting dead letters of %s: %w", s.outbox, err)
+	}
+	return f, n, nil
+}
+
+// fixed narrows f to the dead letters that died before the database's
+// current time.
+func (s *Store) fixed(ctx context.Context, f Filter) (Filter, error) {
+	now, err := s.db.Now(ctx)
+	if err != nil {
+		return f, fmt.Errorf("reading the time of %s's database: %w", s.outbox, err)
+	}
+	if f.Until.IsZero() || now.Before(f.Until) {
+		f.Until = now
+	}
+	return f, nil
+}
+
 // Replay puts the dead letters matching f back in their queues,
 // DefaultBatchSize rows per transaction. Each rejoins its key's queue on
 // its sink with its attempts reset: the queue's head, due at once, when
@@ -48,10 +85,12 @@ type ReplayOpts struct {
 // deliveries are due at once and the relays find them at their next poll
 // of the queues (relay.poll_interval).
 //
-// It returns how many dead letters it replayed; on error, the batches
-// before it stay replayed.
+// It replays those that died before it started (see Plan), and returns
+// how many it replayed; on error, the batches before it stay replayed.
 func (s *Store) Replay(ctx context.Context, f Filter, opts ReplayOpts) (Result, error) {
-	return s.run(ctx, f, "replaying", opts.Progress, &opts)
+	return s.run(ctx, f, "replaying", opts.Progress, func(f store.DeadLetterFilter, after store.DeadLetterPosition, n int) ([]store.Taken, error) {
+		return s.db.ReplayDeadLetters(ctx, f, after, n, opts.AllSinks)
+	})
 }
 
 // PurgeOpts tunes a Purge.
@@ -60,32 +99,30 @@ type PurgeOpts struct {
 	Progress ProgressFunc
 }
 
-// Purge deletes the dead letters matching f, DefaultBatchSize rows per
-// transaction. The deliveries waiting behind a purged dead letter that
-// stopped its key move on (the lowest becomes the head of the queue), and
-// relays are woken.
+// Purge deletes the dead letters matching f that died before it started
+// (see Plan), DefaultBatchSize rows per transaction. The deliveries
+// waiting behind a purged dead letter that stopped its key move on (the
+// lowest becomes the head of the queue), and relays are woken.
 func (s *Store) Purge(ctx context.Context, f Filter, opts PurgeOpts) (Result, error) {
-	return s.run(ctx, f, "purging", opts.Progress, nil)
+	return s.run(ctx, f, "purging", opts.Progress, func(f store.DeadLetterFilter, after store.DeadLetterPosition, n int) ([]store.Taken, error) {
+		return s.db.PurgeDeadLetters(ctx, f, after, n)
+	})
 }
 
-// selected is a dead letter taken by a batch.
-type selected struct {
-	sink     string
-	seq      int64
-	id       string
-	key      *string // nil: no key
-	stopsKey bool
-	// queued: the event has a delivery on a sink that is not dead.
-	queued bool
-}
-
-// run walks the dead letters matching f in batches, each in its own
-// transaction under the lock of every lane: it replays (or, without
-// replay, purges) a batch, then wakes the relays. It stops after a short
-// batch.
-func (s *Store) run(ctx context.Context, f Filter, doing string, progress ProgressFunc, replay *ReplayOpts) (Result, error) {
+// run walks the dead letters matching f that died before it started in
+// batches, each in its own transaction under the lock of every lane: it
+// replays or purges a batch (batch), then wakes the relays. It stops after
+// a short batch. A dead letter that dies during the run is
+// left alone: a replayed one failing again would otherwise be replayed
+// twice by one run, and the progress would pass what was counted.
+func (s *Store) run(ctx context.Context, f Filter, doing string, progress ProgressFunc,
+	batch func(store.DeadLetterFilter, store.DeadLetterPosition, int) ([]store.Taken, error)) (Result, error) {
 	var res Result
 	if err := f.Validate(); err != nil {
+		return res, err
+	}
+	f, err := s.fixed(ctx, f)
+	if err != nil {
 		return res, err
 	}
 	var wanted map[string]bool
@@ -97,21 +134,21 @@ func (s *Store) run(ctx context.Context, f Filter, doing string, progress Progre
 	}
 	after := start
 	for {
-		batch, err := s.db.batch(ctx, f, after, s.batchSize, replay)
+		taken, err := batch(store.DeadLetterFilter(f), after, s.batchSize)
 		if err != nil {
 			return res, fmt.Errorf("%s dead letters of %s (after %d done): %w", doing, s.outbox, res.Count, err)
 		}
-		for _, x := range batch {
-			delete(wanted, x.id)
-			if after.before(x.seq, x.sink) {
-				after = at(x.seq, x.sink)
+		for _, x := range taken {
+			delete(wanted, x.ID)
+			if before(after, x.Seq, x.Sink) {
+				after = at(x.Seq, x.Sink)
 			}
 		}
-		res.Count += int64(len(batch))
-		if len(batch) > 0 && progress != nil {
+		res.Count += int64(len(taken))
+		if len(taken) > 0 && progress != nil {
 			progress(res.Count)
 		}
-		if len(batch) < s.batchSize {
+		if len(taken) < s.batchSize {
 			break
 		}
 	}
@@ -122,58 +159,48 @@ func (s *Store) run(ctx context.Context, f Filter, doing string, progress Progre
 	return res, nil
 }
 
-// replayPlan returns the queues a replayed batch changes and the seqs of
-// the events that go back to the routing step (allSinks, and not queued
-// on a sink): a dead letter replayed on its own sink rejoins its queue
-// there; an event sent to the routing step joins its key's queue there
-// and its dead letters on the sinks go, which can free their queues too
-// (the caller adds those).
-func replayPlan(batch []selected, allSinks bool) (pairSet, []int64) {
-	var (
-		routeSeqs []int64
-		routed    = map[int64]bool{}
-		pairs     = pairSet{}
-	)
-	for _, x := range batch {
-		switch {
-		case !allSinks || x.queued:
-			pairs.add(x.key, x.sink)
-		case !routed[x.seq]:
-			routed[x.seq] = true
-			routeSeqs = append(routeSeqs, x.seq)
-			pairs.add(x.key, RoutingStep)
+// DropOpts tune DropQueue.
+type DropOpts struct {
+	// Progress, when set, is called after each batch.
+	Progress ProgressFunc
+}
+
+// QueueSize counts the deliveries of sink: waiting, due or dead.
+func (s *Store) QueueSize(ctx context.Context, sink string) (int64, error) {
+	n, err := s.db.QueueSize(ctx, sink)
+	if err != nil {
+		return 0, fmt.Errorf("counting the deliveries of sink %s: %w", sink, err)
+	}
+	return n, nil
+}
+
+// DropQueue removes every delivery of sink, its dead letters included, in
+// batches in seq order, each under the lock of every lane: what waits for
+// a sink removed from the configuration for good, which the relays keep
+// until an operator says otherwise. A queue cut into by a batch gets its
+// next head in the same transaction, so a run stopped half way leaves the
+// queues whole. Dropping the queue of a sink relays still deliver to
+// loses those events for it: check the configuration first.
+func (s *Store) DropQueue(ctx context.Context, sink string, opts DropOpts) (Result, error) {
+	var res Result
+	if sink == "" {
+		return res, &InputError{"sink", "the routing step's queue cannot be dropped; purge its dead letters"}
+	}
+	var after int64
+	for {
+		batch, err := s.db.DropQueue(ctx, sink, after, s.batchSize)
+		if err != nil {
+			return res, fmt.Errorf("dropping the deliveries of sink %s of %s (after %d dropped): %w", sink, s.outbox, res.Count, err)
+		}
+		for _, x := range batch {
+			after = max(after, x.Seq)
+		}
+		res.Count += int64(len(batch))
+		if len(batch) > 0 && opts.Progress != nil {
+			opts.Progress(res.Count)
+		}
+		if len(batch) < s.batchSize {
+			return res, nil
 		}
 	}
-	return pairs, routeSeqs
-}
-
-// purgePlan returns the queues a purged batch lets move on: those its dead
-// letters stopped.
-func purgePlan(batch []selected) pairSet {
-	pairs := pairSet{}
-	for _, x := range batch {
-		if x.stopsKey {
-			pairs.add(x.key, x.sink)
-		}
-	}
-	return pairs
-}
-
-// pairSet is a set of queues: (key, sink) pairs, keys not null.
-type pairSet map[[2]string]bool
-
-func (p pairSet) add(key *string, sink string) {
-	if key != nil {
-		p[[2]string{*key, sink}] = true
-	}
-}
-
-// split returns the pairs' keys and sinks, in the same order.
-func (p pairSet) split() (keys, sinks []string) {
-	keys, sinks = make([]string, 0, len(p)), make([]string, 0, len(p))
-	for q := range p {
-		keys = append(keys, q[0])
-		sinks = append(sinks, q[1])
-	}
-	return keys, sinks
 }

@@ -80,7 +80,7 @@ func (tb *testBundle) run(t *testing.T, stopKey bool, targets ...sinks.Sink) {
 	if tb.my != nil {
 		r, err = relay.NewMySQL(tb.my, cfg)
 	} else {
-		r, err = relay.New(tb.pool, cfg)
+		r, err = relay.NewPostgres(tb.pool, cfg)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,11 @@
 //
 // Counters are labelled by sink and topic: keep topic names to a bounded set
 // (they are event kinds, not ids), as every label pair is a time series.
+// Each meaning has one name: a failed delivery attempt is counted once, in
+// herald_delivery_attempts_failed_total, labelled with what followed it
+// (outcome retry or dead); a dead letter once, in herald_dead_letters_total
+// (on a sink or at the routing step); an event put off while its sink is
+// down, which is no attempt, in herald_events_deferred_total.
 //
 // The backlog gauges come from the database; RefreshBacklog reads them with
 // one cheap query every interval, never on a scrape.
@@ -16,62 +21,94 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heraldhq/herald/internal/buildinfo"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/deadletter"
 )
 
+// Outcomes of a failed attempt (relay.Observer's Failed), the outcome
+// label of herald_delivery_attempts_failed_total.
+const (
+	// outcomeRetry: the delivery is tried again later.
+	outcomeRetry = "retry"
+	// outcomeDead: the delivery is a dead letter (a permanent error, or
+	// its last attempt).
+	outcomeDead = "dead"
+)
+
+// Config says what the metrics describe. The zero Config is a relay on
+// PostgreSQL.
+type Config struct {
+	// MySQL adds the gauge only MySQL and MariaDB have,
+	// herald_mysql_history_list_length. Defaults to false: on PostgreSQL
+	// the gauge is not exported.
+	MySQL bool
+	// CaptureWAL adds the gauges of a relay reading the write-ahead log
+	// (database.capture: wal): herald_capture_lag_seconds,
+	// herald_capture_slot_retained_bytes and
+	// herald_capture_slot_behind_bytes.
+	CaptureWAL bool
+	// Version labels herald_build_info in place of the version the Go
+	// build recorded of Herald's module (the relay binary's -ldflags
+	// version). Defaults to the recorded one.
+	Version string
+}
+
 // Metrics holds the relay's Prometheus collectors.
 type Metrics struct {
-	published    *prometheus.CounterVec
-	failed       *prometheus.CounterVec
-	retried      *prometheus.CounterVec
-	deadOnSink   *prometheus.CounterVec
-	deferred     *prometheus.CounterVec
-	deadLettered *prometheus.CounterVec
-	claimed      prometheus.Counter
+	relay.NopObserver
+	mysql bool
+
+	published      *prometheus.CounterVec
+	attemptsFailed *prometheus.CounterVec
+	deferred       *prometheus.CounterVec
+	deadLettered   *prometheus.CounterVec
+	claimed        prometheus.Counter
 
 	claimSeconds    prometheus.Histogram
 	recordSeconds   prometheus.Histogram
 	publishSeconds  *prometheus.HistogramVec
 	deliverySeconds *prometheus.HistogramVec
 
-	paused *prometheus.GaugeVec
+	paused       *prometheus.GaugeVec
+	inFlight     *prometheus.GaugeVec
+	handed       *prometheus.CounterVec
+	fenced       prometheus.Counter
+	unconfigured *prometheus.GaugeVec
 
 	pending, dead, oldestPending prometheus.Gauge
 	backlogErrors                prometheus.Counter
 
-	historyLength prometheus.Gauge
+	historyLength                        prometheus.Gauge
+	captureLag, slotRetained, slotBehind prometheus.Gauge
 }
 
-var _ relay.StoreObserver = (*Metrics)(nil)
+var _ relay.Observer = (*Metrics)(nil)
 
 // New creates the collectors and registers them with reg.
-func New(reg prometheus.Registerer) (*Metrics, error) {
+func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	sinkTopic := []string{"sink", "topic"}
+	build := buildinfo.Read()
+	if cfg.Version != "" {
+		build.Version = cfg.Version
+	}
 	m := &Metrics{
+		mysql: cfg.MySQL,
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_events_published_total",
-			Help: "Events a sink acknowledged.",
+			Help: "Events a sink acknowledged, per sink: an event sent to two sinks counts once on each.",
 		}, sinkTopic),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "herald_events_failed_total",
-			Help: "Delivery attempts that failed (to be retried or dead-lettered).",
-		}, sinkTopic),
-		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "herald_events_retried_total",
-			Help: "Failed deliveries scheduled for another attempt.",
-		}, sinkTopic),
-		deadOnSink: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "herald_events_dead_lettered_total",
-			Help: "Deliveries that failed for good on a sink (permanent error or attempts exhausted).",
-		}, sinkTopic),
+		attemptsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_delivery_attempts_failed_total",
+			Help: "Delivery attempts a sink failed, by what followed: outcome retry (tried again later) or dead (a dead letter: a permanent error or the last attempt).",
+		}, []string{"sink", "topic", "outcome"}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_events_deferred_total",
 			Help: "Deliveries put off because the sink was down (no attempt counted).",
 		}, sinkTopic),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_dead_letters_total",
-			Help: "Dead letters recorded: deliveries that failed for good, on a sink or at the routing step (no route, unreadable event).",
+			Help: "Dead letters recorded, on a sink (each also a failed attempt with outcome dead) or at the routing step (no route, unreadable event).",
 		}, []string{"topic"}),
 		claimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_events_claimed_total",
@@ -101,17 +138,33 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "herald_sink_paused",
 			Help: "1 while a sink is paused because it is down, else 0.",
 		}, []string{"sink"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_sink_in_flight_events",
+			Help: "Events a sink has in flight: handed to its Publish calls and not answered yet (at most relay.max_in_flight).",
+		}, []string{"sink"}),
+		handed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_events_handed_off_total",
+			Help: "Events a sink had not answered when their batch stopped waiting (relay.hand_off_after): kept in flight in its queue, their results recorded when they came. A sink that is often slower than hand_off_after shows here.",
+		}, []string{"sink"}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_records_fenced_total",
+			Help: "Records that found lanes of their work held by another lease (they changed hands since the claim): nothing of those lanes was written, their owner sends the events again.",
+		}),
+		unconfigured: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herald_unconfigured_sink_deliveries",
+			Help: "Deliveries waiting for a sink the relay's configuration does not name: kept until it is configured again (its queue then resumes) or an operator drops them (relay queue drop); counted every 10s.",
+		}, []string{"sink"}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_backlog_pending_events",
-			Help: "What is not delivered yet: events in the outbox not claimed yet plus deliveries queued for a sink (refreshed periodically).",
+			Help: "What is not delivered yet: events in the outbox not claimed yet plus deliveries queued for a sink (counted every minute, the first a minute after start: the count reads the whole backlog).",
 		}),
 		dead: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_backlog_dead_events",
-			Help: "Dead letters, one per event and sink, waiting for an operator (refreshed periodically).",
+			Help: "Dead letters, one per event and sink, waiting for an operator (counted every minute, the first a minute after start).",
 		}),
 		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_backlog_oldest_pending_age_seconds",
-			Help: "Age of the oldest due event pending in the outbox or queued for a sink (events written with a delay count once due), 0 when none (refreshed periodically).",
+			Help: "Age of the oldest due event pending in the outbox or queued for a sink (events written with a delay count once due), 0 when none (read every minute, the first a minute after start).",
 		}),
 		backlogErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_backlog_refresh_errors_total",
@@ -119,12 +172,37 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		historyLength: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "herald_mysql_history_list_length",
-			Help: "InnoDB's history list length: undo records not yet purged, over which claims slow down; a long transaction on the server holds it up (MySQL and MariaDB; 0 on PostgreSQL or without the PROCESS privilege; read every 10s).",
+			Help: "InnoDB's history list length: undo records not yet purged, over which claims slow down; a long transaction on the server holds it up (0 without the PROCESS privilege; read every 10s).",
+		}),
+		captureLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_capture_lag_seconds",
+			Help: "Capture wal: how long the oldest event read from the slot and not yet settled has waited since its commit, 0 when none (read every 10s, by the relay reading the slot).",
+		}),
+		slotRetained: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_capture_slot_retained_bytes",
+			Help: "Capture wal: the WAL the replication slot keeps on the server's disk (read every 10s).",
+		}),
+		slotBehind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "herald_capture_slot_behind_bytes",
+			Help: "Capture wal: how far the slot's confirmed position is behind the WAL's end (read every 10s).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.published, m.failed, m.retried, m.deadOnSink, m.deferred,
+	collectors := []prometheus.Collector{m.published, m.attemptsFailed, m.deferred,
 		m.deadLettered, m.claimed, m.claimSeconds, m.recordSeconds, m.publishSeconds, m.deliverySeconds,
-		m.paused, m.pending, m.dead, m.oldestPending, m.backlogErrors, m.historyLength} {
+		m.paused, m.inFlight, m.handed, m.fenced, m.unconfigured, m.pending, m.dead, m.oldestPending, m.backlogErrors,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "herald_build_info",
+			Help: "Always 1, labelled with Herald's version (devel when the build recorded none), the commit it was built from (empty when unknown) and the Go version.",
+			ConstLabels: prometheus.Labels{"version": build.VersionOrDevel(), "revision": build.Revision,
+				"go_version": build.GoVersion},
+		}, func() float64 { return 1 })}
+	if cfg.MySQL {
+		collectors = append(collectors, m.historyLength)
+	}
+	if cfg.CaptureWAL {
+		collectors = append(collectors, m.captureLag, m.slotRetained, m.slotBehind)
+	}
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -144,15 +222,14 @@ func (m *Metrics) Published(sink, topic string, latency time.Duration) {
 	m.deliverySeconds.WithLabelValues(sink).Observe(max(latency, 0).Seconds())
 }
 
-// Failed implements relay.Observer.
+// Failed implements relay.Observer: a failed attempt (outcome retry or
+// dead) counts in herald_delivery_attempts_failed_total, a delivery put
+// off while its sink is down (outcome paused) in
+// herald_events_deferred_total.
 func (m *Metrics) Failed(sink, topic, outcome string) {
 	switch outcome {
-	case "retry":
-		m.failed.WithLabelValues(sink, topic).Inc()
-		m.retried.WithLabelValues(sink, topic).Inc()
-	case "dead":
-		m.failed.WithLabelValues(sink, topic).Inc()
-		m.deadOnSink.WithLabelValues(sink, topic).Inc()
+	case outcomeRetry, outcomeDead:
+		m.attemptsFailed.WithLabelValues(sink, topic, outcome).Inc()
 	case "paused":
 		m.deferred.WithLabelValues(sink, topic).Inc()
 	}
@@ -178,9 +255,44 @@ func (m *Metrics) SinkPublish(sink string, _ int, took time.Duration) {
 	m.publishSeconds.WithLabelValues(sink).Observe(took.Seconds())
 }
 
-// HistoryLength implements relay.StoreObserver: it sets
-// herald_mysql_history_list_length.
-func (m *Metrics) HistoryLength(n int64) { m.historyLength.Set(float64(n)) }
+// SinkHandedOff implements relay.Observer.
+func (m *Metrics) SinkHandedOff(sink string, events int) {
+	m.handed.WithLabelValues(sink).Add(float64(events))
+}
+
+// SinkInFlight implements relay.Observer.
+func (m *Metrics) SinkInFlight(sink string, events int) {
+	m.inFlight.WithLabelValues(sink).Set(float64(events))
+}
+
+// SinkUnconfigured implements relay.Observer.
+func (m *Metrics) SinkUnconfigured(sink string, deliveries int64) {
+	if deliveries == 0 {
+		m.unconfigured.DeleteLabelValues(sink)
+		return
+	}
+	m.unconfigured.WithLabelValues(sink).Set(float64(deliveries))
+}
+
+// RecordFenced implements relay.Observer.
+func (m *Metrics) RecordFenced(int) { m.fenced.Inc() }
+
+// HistoryLength implements relay.Observer: it sets
+// herald_mysql_history_list_length, exported only with Config.MySQL (a
+// relay on PostgreSQL reports 0, which is no measurement).
+func (m *Metrics) HistoryLength(n int64) {
+	if m.mysql {
+		m.historyLength.Set(float64(n))
+	}
+}
+
+// CaptureLag implements relay.Observer: it sets the herald_capture_*
+// gauges, exported only with Config.CaptureWAL.
+func (m *Metrics) CaptureLag(behind time.Duration, retained, behindBytes int64) {
+	m.captureLag.Set(behind.Seconds())
+	m.slotRetained.Set(float64(retained))
+	m.slotBehind.Set(float64(behindBytes))
+}
 
 // SetBacklog sets the backlog gauges: herald_backlog_pending_events to
 // what is not delivered yet (t.Undelivered: pending events plus queued
@@ -195,9 +307,11 @@ func (m *Metrics) SetBacklog(t deadletter.Totals) {
 // BacklogFunc reads the backlog; (*deadletter.Store).Totals is one.
 type BacklogFunc func(ctx context.Context) (deadletter.Totals, error)
 
-// RefreshBacklog sets the backlog gauges from read at once and then every
-// interval until ctx ends. Failures are counted and logged; the gauges keep
-// their last values. A nil logger discards logs.
+// RefreshBacklog sets the backlog gauges from read every interval, the
+// first time one interval after it starts, until ctx ends: counting the
+// backlog reads all of it, and a relay started on a backlog has better
+// uses for the database in its first seconds. Failures are counted and
+// logged; the gauges keep their last values. A nil logger discards logs.
 func (m *Metrics) RefreshBacklog(ctx context.Context, interval time.Duration, read BacklogFunc, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -205,6 +319,11 @@ func (m *Metrics) RefreshBacklog(ctx context.Context, interval time.Duration, re
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		readCtx, cancel := context.WithTimeout(ctx, interval)
 		totals, err := read(readCtx)
 		cancel()
@@ -214,11 +333,6 @@ func (m *Metrics) RefreshBacklog(ctx context.Context, interval time.Duration, re
 		case ctx.Err() == nil:
 			m.backlogErrors.Inc()
 			logger.WarnContext(ctx, "metrics: reading the backlog failed", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http/httptest"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/deadletter"
 	"github.com/heraldhq/herald/relay/metrics"
@@ -29,10 +31,10 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 	return rec.Body.String()
 }
 
-func newMetrics(t *testing.T) (*metrics.Metrics, *prometheus.Registry) {
+func newMetrics(t *testing.T, cfg metrics.Config) (*metrics.Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
+	m, err := metrics.New(reg, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func newMetrics(t *testing.T) (*metrics.Metrics, *prometheus.Registry) {
 
 func TestOutcomesAndPausedGauge(t *testing.T) {
 	t.Parallel()
-	m, reg := newMetrics(t)
+	m, reg := newMetrics(t, metrics.Config{})
 	m.SinkPaused("kafka", true)
 	m.Failed("kafka", "t", "paused")
 	m.Failed("kafka", "t", "retry")
@@ -51,13 +53,15 @@ func TestOutcomesAndPausedGauge(t *testing.T) {
 	m.SinkPublish("kafka", 3, 2*time.Millisecond)
 	m.Claimed(3, time.Millisecond)
 	m.Recorded(3, time.Millisecond)
+	m.SinkHandedOff("kafka", 4)
+	m.SinkInFlight("kafka", 7)
+	m.RecordFenced(2)
 	body := scrape(t, reg)
 	for _, want := range []string{
 		`herald_sink_paused{sink="kafka"} 1`,
 		`herald_events_deferred_total{sink="kafka",topic="t"} 1`,
-		`herald_events_retried_total{sink="kafka",topic="t"} 1`,
-		`herald_events_failed_total{sink="kafka",topic="t"} 2`,
-		`herald_events_dead_lettered_total{sink="kafka",topic="t"} 1`,
+		`herald_delivery_attempts_failed_total{outcome="retry",sink="kafka",topic="t"} 1`,
+		`herald_delivery_attempts_failed_total{outcome="dead",sink="kafka",topic="t"} 1`,
 		`herald_dead_letters_total{topic="t"} 1`,
 		`herald_events_published_total{sink="kafka",topic="t"} 1`,
 		`herald_commit_to_publish_seconds_bucket{sink="kafka",le="0.03125"} 1`,
@@ -65,6 +69,9 @@ func TestOutcomesAndPausedGauge(t *testing.T) {
 		`herald_claim_duration_seconds_count 1`,
 		`herald_record_duration_seconds_count 1`,
 		`herald_events_claimed_total 3`,
+		`herald_events_handed_off_total{sink="kafka"} 4`,
+		`herald_sink_in_flight_events{sink="kafka"} 7`,
+		`herald_records_fenced_total 1`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("metrics lack %q", want)
@@ -74,15 +81,44 @@ func TestOutcomesAndPausedGauge(t *testing.T) {
 	if body := scrape(t, reg); !strings.Contains(body, `herald_sink_paused{sink="kafka"} 0`+"\n") {
 		t.Errorf("resumed sink still paused:\n%s", body)
 	}
+	// One name per meaning: the names this package had before are gone,
+	// and a relay on PostgreSQL has no MySQL gauge.
+	for _, old := range []string{"herald_events_failed_total", "herald_events_retried_total", "herald_events_dead_lettered_total",
+		"herald_mysql_history_list_length"} {
+		if strings.Contains(body, old) {
+			t.Errorf("metrics export %s", old)
+		}
+	}
+	m.HistoryLength(0) // what a relay on PostgreSQL reports
+	if body := scrape(t, reg); strings.Contains(body, "herald_mysql_history_list_length") {
+		t.Errorf("a relay on PostgreSQL exports the MySQL gauge:\n%s", body)
+	}
 	// Registering twice on one registry fails instead of panicking.
-	if _, err := metrics.New(reg); err == nil {
+	if _, err := metrics.New(reg, metrics.Config{}); err == nil {
 		t.Fatal("second New on the same registry succeeded")
+	}
+}
+
+// TestBuildInfo: herald_build_info is 1, labelled with the version (the
+// configured one in place of the recorded one), the commit and Go's
+// version.
+func TestBuildInfo(t *testing.T) {
+	t.Parallel()
+	_, reg := newMetrics(t, metrics.Config{Version: "v1.2.3"})
+	body := scrape(t, reg)
+	want := regexp.MustCompile(`(?m)^herald_build_info\{go_version="` + regexp.QuoteMeta(runtime.Version()) + `",revision="[0-9a-f]*",version="v1\.2\.3"\} 1$`)
+	if !want.MatchString(body) {
+		t.Fatalf("no herald_build_info matching %s:\n%s", want, body)
+	}
+	_, reg = newMetrics(t, metrics.Config{})
+	if body := scrape(t, reg); !strings.Contains(body, "herald_build_info{") || strings.Contains(body, `version=""`) {
+		t.Fatalf("herald_build_info without a configured version:\n%s", body)
 	}
 }
 
 func TestRefreshBacklog(t *testing.T) {
 	t.Parallel()
-	m, reg := newMetrics(t)
+	m, reg := newMetrics(t, metrics.Config{})
 	var calls atomic.Int32
 	read := func(context.Context) (deadletter.Totals, error) {
 		if calls.Add(1) == 2 {
@@ -101,6 +137,14 @@ func TestRefreshBacklog(t *testing.T) {
 	}
 	cancel()
 	<-done
+	// The first count comes one interval after the start, never at once:
+	// it reads the whole backlog.
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	m.RefreshBacklog(stopped, time.Hour, func(context.Context) (deadletter.Totals, error) {
+		t.Error("the backlog was read at once")
+		return deadletter.Totals{}, nil
+	}, nil)
 	body := scrape(t, reg)
 	for _, want := range []string{"herald_backlog_pending_events 15", "herald_backlog_dead_events 4",
 		"herald_backlog_oldest_pending_age_seconds 90", "herald_backlog_refresh_errors_total 1"} {
@@ -145,7 +189,7 @@ func TestHistoryLengthFromMySQLRelay(t *testing.T) {
 		}
 	}
 
-	m, reg := newMetrics(t)
+	m, reg := newMetrics(t, metrics.Config{MySQL: true})
 	rdb, err := relay.OpenMySQL(url, 1)
 	if err != nil {
 		t.Fatal(err)

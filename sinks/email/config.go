@@ -1,6 +1,7 @@
 package email
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -8,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // TLS modes of SMTPConfig.TLS.
@@ -67,7 +68,7 @@ type SMTPConfig struct {
 	// Username turns on AUTH PLAIN. Defaults to none (no AUTH).
 	Username string `yaml:"username"`
 	// Password is the AUTH PLAIN password; required with Username.
-	Password sinks.Secret `yaml:"password"`
+	Password sinkconfig.Secret `yaml:"password"`
 	// TLS is the transport security: "starttls", "implicit" or "none".
 	// Defaults to "none" when Host is localhost or a loopback address (a
 	// local relay or test server), and to "starttls" otherwise. STARTTLS is
@@ -75,23 +76,15 @@ type SMTPConfig struct {
 	TLS string `yaml:"tls"`
 	// TLSConfig sets the roots, client certificate and server name for
 	// starttls and implicit. Defaults to the system roots and Host.
-	TLSConfig sinks.TLSConfig `yaml:"tls_config"`
+	TLSConfig sinkconfig.TLSConfig `yaml:"tls_config"`
 }
 
-// withDefaults returns c with zero fields set to their documented defaults.
-func (c Config) withDefaults() Config {
-	if c.ToField == "" {
-		c.ToField = "to"
-	}
-	if c.SubjectField == "" {
-		c.SubjectField = "subject"
-	}
-	if c.TemplateField == "" {
-		c.TemplateField = "template"
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 30 * time.Second
-	}
+// WithDefaults returns c with zero fields set to their documented defaults.
+func (c Config) WithDefaults() Config {
+	c.ToField = cmp.Or(c.ToField, "to")
+	c.SubjectField = cmp.Or(c.SubjectField, "subject")
+	c.TemplateField = cmp.Or(c.TemplateField, "template")
+	c.Timeout = cmp.Or(c.Timeout, 30*time.Second)
 	if c.SMTP.TLS == "" {
 		c.SMTP.TLS = TLSStartTLS
 		if isLoopback(c.SMTP.Host) {
@@ -114,7 +107,7 @@ func (c Config) withDefaults() Config {
 // Validate reports the first invalid setting, naming its key relative to the
 // sink's entry. It does not read the templates: New does.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	s := c.SMTP
 	switch {
 	case s.Host == "":

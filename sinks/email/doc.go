@@ -34,9 +34,11 @@
 //
 // # Delivery
 //
-// Publish sends the events one after the other, in slice order, over one
-// SMTP connection that it keeps open across calls and reopens when the
-// server has closed it. It reports one result per event:
+// Publish sends the events one at a time, a key's events in slice order,
+// over one SMTP connection that it keeps open across calls (concurrent calls
+// take turns on it) and reopens when the server has closed it. It reports
+// one result per event, as soon as the server answered it
+// (sinks.WithResultFunc):
 //
 //   - a payload the sink cannot turn into an email (not a JSON object, no or
 //     an invalid recipient, no subject or template and no default, an
@@ -70,6 +72,6 @@
 // works with `smtp: {host: localhost, port: 1025}`. "implicit" speaks TLS
 // from the first byte (SMTPS, port 465). AUTH PLAIN is used when a username
 // is set; the config refuses to send a password without TLS to a host that
-// is not loopback. The password is a sinks.Secret and never appears in
+// is not loopback. The password is a sinkconfig.Secret and never appears in
 // errors or logs.
 package email

@@ -16,6 +16,7 @@ import (
 	"github.com/emersion/go-smtp"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Sink sends one email per event through an SMTP server. It implements
@@ -30,7 +31,10 @@ type Sink struct {
 	addr   string
 	logger *slog.Logger
 
-	mu     sync.Mutex
+	// turn lets one message at a time use the connection, over all calls.
+	turn *sinks.Limiter
+
+	mu     sync.Mutex   // guards client, between sending and Check or Close
 	client *smtp.Client // nil until connected, and after a connection error
 }
 
@@ -38,12 +42,9 @@ type Sink struct {
 // sink called name. It does not connect: the first Publish does. A nil logger
 // means slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := sinkconfig.Prepare(cfg, logger)
+	if err != nil {
 		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	if logger == nil {
-		logger = slog.Default()
 	}
 	from, err := mail.ParseAddress(cfg.From)
 	if err != nil {
@@ -56,6 +57,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 		domain: from.Address[strings.LastIndexByte(from.Address, '@')+1:],
 		addr:   net.JoinHostPort(cfg.SMTP.Host, strconv.Itoa(cfg.SMTP.Port)),
 		logger: logger,
+		turn:   sinks.NewLimiter(1),
 	}
 	if cfg.SMTP.TLS != TLSNone {
 		s.tls, err = cfg.SMTP.TLSConfig.Build("smtp.tls_config")
@@ -81,49 +83,29 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 // Name implements sinks.Sink.
 func (s *Sink) Name() string { return s.name }
 
-// Publish implements sinks.Sink: it sends the events one after the other, in
-// slice order, over one SMTP connection. See the package documentation for
-// how failures are classified.
+// Publish implements sinks.Sink: it sends the events one at a time over
+// one SMTP connection, a key's events in order, each result recorded as the
+// server answers (sinks.Results.PublishEach). See the package documentation
+// for how failures are classified.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	errs := make([]error, len(events))
-	if len(events) == 0 {
-		return errs
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	failed := map[string]bool{}
-	for i, e := range events {
-		if e.Key != "" && failed[e.Key] {
-			errs[i] = sinks.ErrSkipped
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, s.name, err)
-			continue
-		}
-		err := s.send(ctx, e)
-		if err == nil {
-			continue
-		}
-		errs[i] = err
-		failed[e.Key] = true
-		if sinks.IsUnavailable(err) {
-			// The server is out of reach: nothing else in the batch can go.
-			for j := i + 1; j < len(events); j++ {
-				errs[j] = err
-			}
-			break
-		}
-	}
-	return errs
+	return sinks.NewResults(ctx, events, s.where).PublishEach(s.turn, s.send)
 }
 
+// where names the sink in errors: recipients come from payloads.
+func (s *Sink) where(*sinks.Event) string { return s.name }
+
+// PublishesConcurrently implements sinks.ConcurrentPublisher: concurrent
+// calls take turns on the connection, one message at a time.
+func (s *Sink) PublishesConcurrently() bool { return true }
+
 // send renders and delivers one event.
-func (s *Sink) send(ctx context.Context, e sinks.Event) error {
-	m, err := s.render(e)
+func (s *Sink) send(ctx context.Context, e *sinks.Event) error {
+	m, err := s.render(*e)
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	// A connection kept from an earlier call may have been closed by the
 	// server meanwhile. A network error before the message's final dot
 	// delivered nothing, so it is retried once on a fresh connection.
@@ -138,7 +120,7 @@ func (s *Sink) send(ctx context.Context, e sinks.Event) error {
 		// The client's calls take no context: closing the connection is
 		// how ctx interrupts them.
 		stop := context.AfterFunc(ctx, func() { c.Close() })
-		sent, err := s.transact(e, m)
+		sent, err := s.transact(m)
 		if !stop() {
 			s.drop()
 		}
@@ -149,11 +131,10 @@ func (s *Sink) send(ctx context.Context, e sinks.Event) error {
 		case sinks.IsPermanent(err):
 			return err // checked before MAIL: nothing to reset
 		case errors.As(err, &smtpErr) && smtpErr.Code != 421 && s.client != nil:
-			return s.refused(e, smtpErr, err)
+			return s.refused(smtpErr, err)
 		}
 		// The connection broke, or the server is closing it (421).
 		s.drop()
-		err = fmt.Errorf("publishing event %s to %s: %w", e.ID, s.name, err)
 		if cerr := ctx.Err(); cerr != nil {
 			return fmt.Errorf("%w (%w)", err, cerr)
 		}
@@ -173,15 +154,15 @@ func (s *Sink) send(ctx context.Context, e sinks.Event) error {
 // transact runs MAIL, RCPT and DATA for m. sent reports whether the whole
 // message was written, after which a network error leaves the outcome
 // unknown.
-func (s *Sink) transact(e sinks.Event, m *message) (sent bool, err error) {
+func (s *Sink) transact(m *message) (sent bool, err error) {
 	c := s.client
 	if limit, ok := c.MaxMessageSize(); ok && limit > 0 && len(m.data) > limit {
-		return false, sinks.TooLarge(e, len(m.data), limit)
+		return false, fmt.Errorf("the server's SIZE: %w", sinks.TooLarge(len(m.data), limit))
 	}
 	opts := &smtp.MailOptions{Size: int64(len(m.data))}
 	if m.utf8 {
 		if ok, _ := c.Extension("SMTPUTF8"); !ok {
-			return false, sinks.Permanent(fmt.Errorf("publishing event %s to %s: a recipient address is not ASCII and the server does not support SMTPUTF8", e.ID, s.name))
+			return false, sinks.Permanent(errors.New("a recipient address is not ASCII and the server does not support SMTPUTF8"))
 		}
 		opts.UTF8 = true
 	}
@@ -210,8 +191,7 @@ func (s *Sink) transact(e sinks.Event, m *message) (sent bool, err error) {
 // permanent, 4xx retryable, and a refusal of the client itself
 // (authentication, the configured sender) unavailable. It resets the transaction so the connection
 // serves the next event.
-func (s *Sink) refused(e sinks.Event, smtpErr *smtp.SMTPError, err error) error {
-	err = fmt.Errorf("publishing event %s to %s: %w", e.ID, s.name, err)
+func (s *Sink) refused(smtpErr *smtp.SMTPError, err error) error {
 	var sender senderError
 	if isAuthCode(smtpErr.Code) || errors.As(err, &sender) && smtpErr.Code >= 500 && smtpErr.Code != 552 {
 		// The sender is the same for every event: its refusal (other than

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/email"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -115,6 +117,17 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		},
+		Unreachable: func(t *testing.T, _ string) sinks.Sink {
+			cfg := config(ts)
+			host, port, _ := net.SplitHostPort(sinktest.ClosedAddr(t))
+			cfg.SMTP.Host = host
+			cfg.SMTP.Port, _ = strconv.Atoi(port)
+			s, err := email.New("mail", cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			var out []sinktest.Received
 			for _, m := range ts.messages() {
@@ -136,7 +149,7 @@ func TestConformance(t *testing.T) {
 		Refused: func(destination, key string) sinks.Event {
 			return sinktest.Event(destination, key, []byte(`{"subject": "an order with no recipient"}`))
 		},
-		Features: sinktest.Features{Keys: true},
+		Features: sinktest.Features{Keys: true, ReportsEarly: true},
 	})
 }
 
@@ -311,7 +324,7 @@ func write(t *testing.T, dir, name, content string) {
 }
 
 // TestBadPayloadsArePermanent covers hostile payloads, among them JSON
-// nested one level past sinks.MaxJSONDepth (stored by PostgreSQL, refused by
+// nested one level past sinkconfig.MaxJSONDepth (stored by PostgreSQL, refused by
 // encoding/json), whose error must say it nests too deep rather than that it
 // is not a JSON object.
 func TestBadPayloadsArePermanent(t *testing.T) {
@@ -338,7 +351,7 @@ func TestBadPayloadsArePermanent(t *testing.T) {
 		want    string
 	}{
 		{"not JSON", []byte("{oops"), "", "payload is not valid JSON: invalid character 'o'"},
-		{"nested too deep", []byte(`{"to":` + strings.Repeat("[", sinks.MaxJSONDepth) + strings.Repeat("]", sinks.MaxJSONDepth) + `}`), "", "deeper than 10000 levels"},
+		{"nested too deep", []byte(`{"to":` + strings.Repeat("[", sinkconfig.MaxJSONDepth) + strings.Repeat("]", sinkconfig.MaxJSONDepth) + `}`), "", "deeper than 10000 levels"},
 		{"array", []byte(`[1]`), "", "payload is not a JSON object"},
 		{"trailing data", []byte(`{"to":"a@example.com"} {}`), "", "data after the object"},
 		{"not JSON content type", []byte("x"), "text/plain", `content type "text/plain" is not JSON`},
@@ -453,10 +466,16 @@ func TestReusesConnectionAcrossCalls(t *testing.T) {
 	requireOK(t, publish(t, s, events[:6]...))
 	requireOK(t, publish(t, s, events[6:]...))
 	msgs := ts.messages()
+	next := map[string]int{} // key → index of its next event
 	for i, m := range msgs {
-		if got := m.header("X-Herald-Event-Id"); got != events[i].ID {
-			t.Fatalf("message %d is event %s, want %s", i, got, events[i].ID)
+		key := m.header("X-Herald-Key")
+		for next[key] < len(events) && events[next[key]].Key != key {
+			next[key]++
 		}
+		if got := m.header("X-Herald-Event-Id"); next[key] == len(events) || got != events[next[key]].ID {
+			t.Fatalf("message %d is event %s, not the next one of key %s", i, got, key)
+		}
+		next[key]++
 	}
 	if len(msgs) != 10 || ts.sessionCount() != 1 {
 		t.Fatalf("%d messages over %d sessions, want 10 over 1", len(msgs), ts.sessionCount())

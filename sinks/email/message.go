@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // templates holds every body template of TemplatesDir, by name (the file
@@ -87,7 +88,7 @@ type EventData struct {
 // event again gives the same result.
 func (s *Sink) render(e sinks.Event) (*message, error) {
 	fail := func(format string, args ...any) error {
-		return sinks.Permanent(fmt.Errorf("publishing event %s to %s: "+format, append([]any{e.ID, s.name}, args...)...))
+		return sinks.Permanent(fmt.Errorf(format, args...))
 	}
 	if !sinks.IsJSON(e.ContentType) {
 		return nil, fail("content type %q is not JSON: the email sink needs a JSON object payload", e.ContentType)
@@ -96,7 +97,7 @@ func (s *Sink) render(e sinks.Event) (*message, error) {
 	dec.UseNumber() // render numbers as written: 12.50 stays 12.50
 	var data map[string]any
 	if err := dec.Decode(&data); err != nil {
-		if bad := sinks.CheckJSON(e.Payload); bad != nil {
+		if bad := sinkconfig.CheckJSON(e.Payload); bad != nil {
 			return nil, fail("%w", bad) // says why: syntax, or nesting too deep
 		}
 		return nil, fail("payload is not a JSON object: %w", err)

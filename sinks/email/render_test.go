@@ -27,7 +27,7 @@ func TestTLSDefaults(t *testing.T) {
 		{"mail.example.com", TLSImplicit, TLSImplicit, 465},
 		{"10.0.0.1", TLSNone, TLSNone, 25},
 	} {
-		got := Config{SMTP: SMTPConfig{Host: tc.host, TLS: tc.tls}}.withDefaults().SMTP
+		got := Config{SMTP: SMTPConfig{Host: tc.host, TLS: tc.tls}}.WithDefaults().SMTP
 		if got.TLS != tc.wantTLS || got.Port != tc.wantPort {
 			t.Errorf("host %s, tls %q: got tls %s port %d, want %s %d", tc.host, tc.tls, got.TLS, got.Port, tc.wantTLS, tc.wantPort)
 		}

@@ -11,7 +11,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -68,6 +68,14 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			}
 			return s
 		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			s, err := New("conformance", Config{Brokers: []string{sinktest.ClosedAddr(t)}, Format: FormatCloudEvents,
+				CloudEvents: cloudevents.Config{Mode: mode, Source: "/test"}}, nil)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			return s
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			var out []sinktest.Received
 			for _, m := range all(readTopic(t, addr, destination, nil)) {
@@ -83,7 +91,7 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			return sinktest.Oversized(destination, key, 2*DefaultMaxMessageBytes)
 		},
 		// x-tenant, the suite's event header, is no valid extension name.
-		Features: sinktest.Features{Binary: true, Keys: true},
+		Features: sinktest.Features{Binary: true, Keys: true, ReportsEarly: true},
 	})
 }
 

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Defaults applied by New to zero fields of Config.
@@ -50,7 +52,7 @@ type Config struct {
 	// ClientID is sent to the brokers with every request. Defaults to "herald".
 	ClientID string `yaml:"client_id"`
 	// TLS configures TLS to the brokers. Off unless one of its fields asks for it.
-	TLS sinks.TLSConfig `yaml:"tls"`
+	TLS sinkconfig.TLSConfig `yaml:"tls"`
 	// SASL configures authentication. Off when sasl.mechanism is empty.
 	SASL SASLConfig `yaml:"sasl"`
 	// Compression is the codec of produced batches: none, gzip, snappy, lz4
@@ -163,7 +165,7 @@ type SASLConfig struct {
 	// Username is the SASL user. Required with a mechanism.
 	Username string `yaml:"username"`
 	// Password is the SASL password. Required with a mechanism.
-	Password sinks.Secret `yaml:"password"`
+	Password sinkconfig.Secret `yaml:"password"`
 }
 
 var (
@@ -246,26 +248,14 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// withDefaults returns c with zero fields set to their defaults.
-func (c Config) withDefaults() Config {
-	if c.ClientID == "" {
-		c.ClientID = DefaultClientID
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = DefaultBatchTimeout
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = DefaultMaxMessageBytes
-	}
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.ClientID = cmp.Or(c.ClientID, DefaultClientID)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, DefaultBatchTimeout)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
 	return c
 }
 

@@ -24,8 +24,8 @@ func ExampleNew() {
 	sink, err := kafka.New("orders-kafka", kafka.Config{
 		Brokers:     cluster.ListenAddrs(),
 		Compression: "zstd",
-		// TLS:  sinks.TLSConfig{Enabled: true},
-		// SASL: kafka.SASLConfig{Mechanism: "SCRAM-SHA-512", Username: "herald", Password: sinks.Secret(os.Getenv("KAFKA_PASSWORD"))},
+		// TLS:  sinkconfig.TLSConfig{Enabled: true},
+		// SASL: kafka.SASLConfig{Mechanism: "SCRAM-SHA-512", Username: "herald", Password: sinkconfig.Secret(os.Getenv("KAFKA_PASSWORD"))},
 	}, nil)
 	if err != nil {
 		fmt.Println(err)

@@ -36,13 +36,16 @@
 // max_message_bytes bytes, and never two events of one key bound for two
 // topics, so all the round's events of a key travel in one produce request
 // to one partition, which the broker appends whole or not at all. Partitions
-// are written concurrently; rounds one after the other.
+// are written concurrently; rounds one after the other. Concurrent calls
+// share the writer, which batches their records together per partition.
 //
 // # Delivery guarantee
 //
 // An event is reported delivered (nil) only when the partition leader
 // acknowledged it with the configured required_acks (all in-sync replicas by
-// default). Delivery is at least once: when a request times out after the
+// default); it is recorded as soon as its produce request is acknowledged,
+// and reported at once to a caller that asked (sinks.WithResultFunc).
+// Delivery is at least once: when a request times out after the
 // broker stored it, or Publish's context ends while a request is in flight,
 // the events are reported failed and the relay sends them again; consumers
 // dedupe on the herald-id header. Within a key, order is kept: once an event
@@ -81,22 +84,23 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Header names Herald sets on every record.
@@ -118,19 +122,19 @@ type Sink struct {
 	writer    *kafkago.Writer
 }
 
-var _ sinks.Sink = (*Sink)(nil)
+var (
+	_ sinks.ConcurrentPublisher = (*Sink)(nil)
+	_ sinks.DestinationChecker  = (*Sink)(nil)
+)
 
 // New validates cfg, fills its defaults and returns a sink called name.
 // Connections are opened on first use, so New succeeds while the brokers are
 // down. A nil logger means slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := sinkconfig.Prepare(cfg, logger)
+	if err != nil {
 		return nil, fmt.Errorf("kafka sink %s: %w", name, err)
 	}
-	if logger == nil {
-		logger = slog.Default()
-	}
-	cfg = cfg.withDefaults()
 	tlsCfg, err := cfg.TLS.Build("tls")
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink %s: %w", name, err)
@@ -154,7 +158,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 		Compression:            compressions[cfg.Compression],
 		Transport:              transport,
 		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
-		Completion:             recordBatchLen,
+		Completion:             completed,
 		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
 			logger.Debug("kafka sink: writer: " + fmt.Sprintf(msg, args...))
 		}),
@@ -235,81 +239,72 @@ func (s *Sink) Close(ctx context.Context) error {
 	}
 }
 
+// PublishesConcurrently implements sinks.ConcurrentPublisher: the writer
+// is safe for concurrent use and batches the calls' records together per
+// partition; calls that run at once never share a key, so a key's records
+// still reach its partition in order.
+func (s *Sink) PublishesConcurrently() bool { return true }
+
 // round is the events sent together: at most one produce request per
 // partition.
 type round struct {
 	idx     []int             // indexes into the events
 	msgs    []kafkago.Message // msgs[k] encodes events[idx[k]]
-	lens    []int             // lens[k]: messages in msgs[k]'s request, set by recordBatchLen
 	bytes   int
 	keyDest map[string]string // key → destination within the round
 }
 
-func (r *round) reset() {
-	r.idx, r.msgs, r.lens, r.bytes = r.idx[:0], r.msgs[:0], r.lens[:0], 0
-	clear(r.keyDest)
+// record is a message's WriterData: which event it carries, and how many
+// messages shared its produce request.
+type record struct {
+	res      *sinks.Results
+	i        int
+	batchLen int
 }
 
-// Publish implements sinks.Sink. See the package documentation for the
-// guarantees and the errors.
+// Publish implements sinks.Sink: each event's result is recorded as the
+// broker acknowledges its produce request. See the package documentation
+// for the guarantees and the errors.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	errs := make([]error, len(events))
-	failed := map[string]bool{} // keys with a failed event in this call
+	res := sinks.NewResults(ctx, events, topic)
 	r := round{keyDest: map[string]string{}}
-	for i := 0; i < len(events); {
-		if err := ctx.Err(); err != nil {
-			for ; i < len(events); i++ {
-				errs[i] = wrap(events[i], err)
-			}
-			break
-		}
-		i = s.fill(&r, events, i, errs, failed)
+	for start := 0; start < len(events) && !res.Ended(); {
+		start = s.fill(&r, res, events, start)
 		if len(r.idx) > 0 {
-			s.send(ctx, &r, events, errs)
-		}
-		for _, j := range r.idx {
-			if errs[j] != nil && events[j].Key != "" {
-				failed[events[j].Key] = true
-			}
+			s.send(ctx, &r, res, events)
 		}
 	}
-	return errs
+	return res.Errors()
 }
 
-// fill resets r and adds events from start on, until the round is full; it
-// returns the index of the first event left for the next round. Events it
-// settles without sending (skipped, too large) get their error in errs.
-func (s *Sink) fill(r *round, events []sinks.Event, start int, errs []error, failed map[string]bool) int {
-	r.reset()
+// topic names an event's topic in errors.
+func topic(e *sinks.Event) string { return "kafka topic " + strconv.Quote(e.Destination) }
+
+// fill starts a new round in r and adds events from start on, until the
+// round is full; it returns the index of the first event left for the next
+// round. Events it settles without sending (blocked, refused) get their
+// result in res.
+func (s *Sink) fill(r *round, res *sinks.Results, events []sinks.Event, start int) int {
+	*r = round{keyDest: r.keyDest}
+	clear(r.keyDest)
 	i := start
 	for ; i < len(events); i++ {
 		e := &events[i]
-		if e.Key != "" && failed[e.Key] {
-			errs[i] = wrap(*e, sinks.ErrSkipped)
+		if res.Blocked(i) {
 			continue
 		}
-		if err := checkTopic(e.Destination, s.cfg.AllowTopicPrefixes); err != nil {
-			errs[i] = wrap(*e, err)
-			if e.Key != "" {
-				failed[e.Key] = true
-			}
-			continue
+		err := checkTopic(e.Destination, s.cfg.AllowTopicPrefixes)
+		var m kafkago.Message
+		if err == nil {
+			m, err = s.encode(*e)
 		}
-		m, err := s.encode(*e)
 		if err != nil {
-			errs[i] = wrap(*e, err)
-			if e.Key != "" {
-				failed[e.Key] = true
-			}
+			res.Fail(i, err)
 			continue
 		}
 		size := messageSize(&m)
 		if size > s.cfg.MaxMessageBytes {
-			errs[i] = fmt.Errorf("publishing to kafka topic %q (max_message_bytes): %w",
-				e.Destination, sinks.TooLarge(*e, size, s.cfg.MaxMessageBytes))
-			if e.Key != "" {
-				failed[e.Key] = true
-			}
+			res.Fail(i, fmt.Errorf("max_message_bytes: %w", sinks.TooLarge(size, s.cfg.MaxMessageBytes)))
 			continue
 		}
 		if len(r.idx) > 0 && (len(r.idx) >= s.cfg.BatchSize || r.bytes+size > s.cfg.MaxMessageBytes) {
@@ -321,9 +316,9 @@ func (s *Sink) fill(r *round, events []sinks.Event, start int, errs []error, fai
 			}
 			r.keyDest[e.Key] = e.Destination
 		}
+		m.WriterData = &record{res: res, i: i}
 		r.idx = append(r.idx, i)
 		r.msgs = append(r.msgs, m)
-		r.lens = append(r.lens, 0)
 		r.bytes += size
 	}
 	return i
@@ -332,66 +327,45 @@ func (s *Sink) fill(r *round, events []sinks.Event, start int, errs []error, fai
 // send writes a round, one WriteMessages call per topic (concurrently when
 // there are several), so that a topic that does not exist fails only its
 // own events.
-func (s *Sink) send(ctx context.Context, r *round, events []sinks.Event, errs []error) {
-	for k := range r.msgs {
-		r.msgs[k].WriterData = &r.lens[k]
-	}
-	byTopic := map[string][]int{} // topic → positions in the round
+func (s *Sink) send(ctx context.Context, r *round, res *sinks.Results, events []sinks.Event) {
+	byTopic := map[string][]kafkago.Message{}
 	var topics []string
-	for k, m := range r.msgs {
+	for _, m := range r.msgs {
 		if _, ok := byTopic[m.Topic]; !ok {
 			topics = append(topics, m.Topic)
 		}
-		byTopic[m.Topic] = append(byTopic[m.Topic], k)
+		byTopic[m.Topic] = append(byTopic[m.Topic], m)
 	}
-	if len(topics) == 1 {
-		s.write(ctx, r, r.msgs, byTopic[topics[0]], events, errs)
-		return
-	}
-	done := make(chan struct{}, len(topics))
+	var wg sync.WaitGroup
 	for _, t := range topics {
-		pos := byTopic[t]
-		msgs := make([]kafkago.Message, len(pos))
-		for n, k := range pos {
-			msgs[n] = r.msgs[k]
-		}
-		go func() {
-			s.write(ctx, r, msgs, pos, events, errs)
-			done <- struct{}{}
-		}()
+		wg.Go(func() { s.write(ctx, byTopic[t], res, events) })
 	}
-	for range topics {
-		<-done
-	}
+	wg.Wait()
 }
 
-// write sends msgs (all of one topic; msgs[n] is the round's message at
-// position pos[n]) and records one result per event.
-func (s *Sink) write(ctx context.Context, r *round, msgs []kafkago.Message, pos []int, events []sinks.Event, errs []error) {
+// write sends msgs (all of one topic) and records the result of each event
+// whose Completion did not already.
+func (s *Sink) write(ctx context.Context, msgs []kafkago.Message, res *sinks.Results, events []sinks.Event) {
 	err := s.writer.WriteMessages(ctx, msgs...)
-	if err == nil {
-		return
-	}
 	var werrs kafkago.WriteErrors
 	isWriteErrors := errors.As(err, &werrs) && len(werrs) == len(msgs)
-	var tooLarge []int // positions rejected by the broker as part of a too large request
-	for n, k := range pos {
-		e := events[r.idx[k]]
-		if !isWriteErrors {
-			errs[r.idx[k]] = s.classify(e, err)
-			continue
+	var tooLarge []kafkago.Message // rejected by the broker as part of a too large request
+	for n, m := range msgs {
+		rec := m.WriterData.(*record)
+		e := &events[rec.i]
+		switch {
+		case err == nil, isWriteErrors && werrs[n] == nil:
+			res.Delivered(rec.i)
+		case !isWriteErrors:
+			res.Fail(rec.i, s.classify(e, err))
+		case isTooLarge(werrs[n]) && rec.batchLen > 1:
+			tooLarge = append(tooLarge, m)
+		default:
+			res.Fail(rec.i, s.classify(e, werrs[n]))
 		}
-		if werrs[n] == nil {
-			continue
-		}
-		if isTooLarge(werrs[n]) && r.lens[k] > 1 {
-			tooLarge = append(tooLarge, k)
-			continue
-		}
-		errs[r.idx[k]] = s.classify(e, werrs[n])
 	}
 	if len(tooLarge) > 0 {
-		s.resendAlone(ctx, r, tooLarge, events, errs)
+		s.resendAlone(ctx, tooLarge, res, events)
 	}
 }
 
@@ -400,68 +374,69 @@ func (s *Sink) write(ctx context.Context, r *round, msgs []kafkago.Message, pos 
 // fits max_message_bytes: the topic's max.message.bytes is below the sink's
 // max_message_bytes. Each message is then accepted, or rejected on its own
 // and failed permanently; the later messages of its key are skipped.
-func (s *Sink) resendAlone(ctx context.Context, r *round, pos []int, events []sinks.Event, errs []error) {
+func (s *Sink) resendAlone(ctx context.Context, msgs []kafkago.Message, res *sinks.Results, events []sinks.Event) {
 	s.logger.WarnContext(ctx, "kafka sink: broker rejected a produce request as too large; resending its records one by one; lower max_message_bytes to the topic's max.message.bytes",
-		"topic", r.msgs[pos[0]].Topic, "records", len(pos), "max_message_bytes", s.cfg.MaxMessageBytes)
-	failed := map[string]bool{}
-	for _, k := range pos {
-		e := events[r.idx[k]]
-		if e.Key != "" && failed[e.Key] {
-			errs[r.idx[k]] = wrap(e, sinks.ErrSkipped)
+		"topic", msgs[0].Topic, "records", len(msgs), "max_message_bytes", s.cfg.MaxMessageBytes)
+	for _, m := range msgs {
+		i := m.WriterData.(*record).i
+		if res.Blocked(i) {
 			continue
 		}
-		if err := s.writer.WriteMessages(ctx, r.msgs[k]); err != nil {
-			var werrs kafkago.WriteErrors
-			if errors.As(err, &werrs) && len(werrs) == 1 {
-				err = werrs[0]
-			}
-			errs[r.idx[k]] = s.classify(e, err)
-			if e.Key != "" {
-				failed[e.Key] = true
-			}
+		m.WriterData = &record{res: res, i: i}
+		err := s.writer.WriteMessages(ctx, m)
+		var werrs kafkago.WriteErrors
+		if errors.As(err, &werrs) && len(werrs) == 1 {
+			err = werrs[0]
+		}
+		if err != nil {
+			res.Fail(i, s.classify(&events[i], err))
+		} else {
+			res.Delivered(i)
 		}
 	}
 }
 
-// recordBatchLen is the writer's Completion callback: it tells each message
-// how many messages shared its produce request.
-func recordBatchLen(msgs []kafkago.Message, _ error) {
+// completed is the writer's Completion callback: it tells each message
+// how many messages shared its produce request, and records a delivery as
+// soon as the broker acknowledged the request.
+func completed(msgs []kafkago.Message, err error) {
 	for i := range msgs {
-		if p, ok := msgs[i].WriterData.(*int); ok {
-			*p = len(msgs)
+		rec, ok := msgs[i].WriterData.(*record)
+		if !ok {
+			continue
+		}
+		rec.batchLen = len(msgs)
+		if err == nil {
+			rec.res.Delivered(rec.i)
 		}
 	}
-}
-
-func wrap(e sinks.Event, err error) error {
-	return fmt.Errorf("publishing event %s to kafka topic %q: %w", e.ID, e.Destination, err)
 }
 
 func isTooLarge(err error) bool {
 	return errors.Is(err, kafkago.MessageSizeTooLarge) || errors.Is(err, kafkago.RecordListTooLarge)
 }
 
-// classify wraps err, the failure to publish e, with the marker the relay
+// classify marks err, the failure to publish e, with the class the relay
 // acts on.
-func (s *Sink) classify(e sinks.Event, err error) error {
+func (s *Sink) classify(e *sinks.Event, err error) error {
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return wrap(e, err)
+		return err
 	case isTooLarge(err):
-		return sinks.Permanent(wrap(e, fmt.Errorf(
+		return sinks.Permanent(fmt.Errorf(
 			"the broker rejected the record as larger than the topic's max.message.bytes (max_message_bytes is %d; lower it to the topic's limit): %w",
-			s.cfg.MaxMessageBytes, err)))
+			s.cfg.MaxMessageBytes, err))
 	case errors.Is(err, kafkago.UnknownTopicOrPartition):
 		if s.cfg.AllowAutoTopicCreation {
-			return wrap(e, fmt.Errorf("topic %q does not exist and the broker did not create it: %w", e.Destination, err))
+			return fmt.Errorf("topic %q does not exist and the broker did not create it: %w", e.Destination, err)
 		}
-		return wrap(e, fmt.Errorf("topic %q does not exist (allow_auto_topic_creation is off); retrying until it is created: %w", e.Destination, err))
+		return fmt.Errorf("topic %q does not exist (allow_auto_topic_creation is off); retrying until it is created: %w", e.Destination, err)
 	case errors.Is(err, io.ErrClosedPipe):
-		return wrap(e, fmt.Errorf("sink %s is closed: %w", s.name, err))
+		return fmt.Errorf("sink %s is closed: %w", s.name, err)
 	case isUnavailable(err):
-		return sinks.Unavailable(wrap(e, err))
+		return sinks.Unavailable(err)
 	}
-	return wrap(e, err)
+	return err
 }
 
 // isUnavailable reports whether err says the cluster, rather than the
@@ -478,25 +453,11 @@ func isUnavailable(err error) bool {
 		}
 		return false
 	}
-	var (
-		opErr    *net.OpError
-		dnsErr   *net.DNSError
-		verifyEr *tls.CertificateVerificationError
-		unknownA x509.UnknownAuthorityError
-		hostErr  x509.HostnameError
-		invalid  x509.CertificateInvalidError
-		recErr   tls.RecordHeaderError
-		alertErr tls.AlertError
-	)
-	switch {
-	case errors.As(err, &opErr), errors.As(err, &dnsErr),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.As(err, &verifyEr), errors.As(err, &unknownA), errors.As(err, &hostErr), errors.As(err, &invalid),
-		errors.As(err, &recErr), errors.As(err, &alertErr):
-		return true
-	}
-	return false
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	return errors.As(err, &opErr) || errors.As(err, &dnsErr) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || sinkconfig.IsTLSError(err)
 }
 
 // encode turns an event into the record Publish sends, in the configured

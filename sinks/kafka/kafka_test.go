@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -166,6 +167,13 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			s, err := New("conformance", Config{Brokers: []string{sinktest.ClosedAddr(t)}}, nil)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			return s
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			var out []sinktest.Received
 			for _, m := range all(readTopic(t, addr, destination, nil)) {
@@ -181,7 +189,7 @@ func TestConformance(t *testing.T) {
 		Refused: func(destination, key string) sinks.Event {
 			return sinktest.Oversized(destination, key, 2*DefaultMaxMessageBytes)
 		},
-		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
+		Features: sinktest.Features{Headers: true, Binary: true, Keys: true, ReportsEarly: true},
 	})
 }
 
@@ -717,11 +725,11 @@ func TestTLS(t *testing.T) {
 	addr := c.ListenAddrs()[0]
 	createTopic(t, c, "private", 1, nil)
 
-	trusted := newSink(t, Config{Brokers: []string{addr}, TLS: sinks.TLSConfig{CAFile: caFile}})
+	trusted := newSink(t, Config{Brokers: []string{addr}, TLS: sinkconfig.TLSConfig{CAFile: caFile}})
 	requireOK(t, publish(t, trusted, []sinks.Event{sinktest.Event("private", "k", []byte(`{}`))}))
 
 	// The system roots do not know the broker's certificate.
-	untrusted := newSink(t, Config{Brokers: []string{addr}, TLS: sinks.TLSConfig{Enabled: true}})
+	untrusted := newSink(t, Config{Brokers: []string{addr}, TLS: sinkconfig.TLSConfig{Enabled: true}})
 	errs := publish(t, untrusted, []sinks.Event{sinktest.Event("private", "k", []byte(`{}`))})
 	t.Logf("error: %v", errs[0])
 	if !sinks.IsUnavailable(errs[0]) {

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/mqtttest"
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 	"github.com/heraldhq/herald/sinks/mqtt"
-	"github.com/heraldhq/herald/sinks/mqtt/mqtttest"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -69,6 +69,14 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			}
 			return s
 		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			s, err := mqtt.New("conformance", mqtt.Config{URL: "mqtt://" + sinktest.ClosedAddr(t), Format: mqtt.FormatCloudEvents,
+				CloudEvents: cloudevents.Config{Mode: mode, Source: "/test"}}, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			v, ok := subs.Load(destination)
 			if !ok {
@@ -85,7 +93,7 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			return sinktest.Event(destination+"/+", key, []byte(`{}`)) // a wildcard: not a topic name
 		},
 		// x-tenant, the suite's event header, is no valid extension name.
-		Features: sinktest.Features{Binary: true, Keys: true},
+		Features: sinktest.Features{Binary: true, Keys: true, ReportsEarly: true},
 		Timeout:  30 * time.Second,
 	})
 }

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,8 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Format is how an event becomes a message.
@@ -47,15 +48,15 @@ type Config struct {
 	URL string `yaml:"url"`
 	// Username and Password authenticate the connection. Defaults to none
 	// (anonymous), or the URL's user information.
-	Username string       `yaml:"username"`
-	Password sinks.Secret `yaml:"password"`
+	Username string            `yaml:"username"`
+	Password sinkconfig.Secret `yaml:"password"`
 	// ClientID is the MQTT client identifier. Brokers disconnect the older
 	// of two clients with one identifier, so two relays must not share it.
 	// Defaults to "herald-<sink name>-<random>".
 	ClientID string `yaml:"client_id"`
 	// TLS configures TLS. An mqtts://, ssl:// or tls:// URL turns TLS on by
 	// itself.
-	TLS sinks.TLSConfig `yaml:"tls"`
+	TLS sinkconfig.TLSConfig `yaml:"tls"`
 	// AckTimeout bounds the wait for each message's PUBACK, on top of the
 	// deadline of the Publish context. Defaults to 10s.
 	AckTimeout time.Duration `yaml:"ack_timeout"`
@@ -90,7 +91,7 @@ type broker struct {
 func parseURL(raw string) (broker, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return broker{}, fmt.Errorf("url: %q is not a broker URL such as mqtt://127.0.0.1:1883", sinks.RedactURL(raw))
+		return broker{}, fmt.Errorf("url: %q is not a broker URL such as mqtt://127.0.0.1:1883", sinkconfig.RedactURL(raw))
 	}
 	var b broker
 	port := "1883"
@@ -99,10 +100,10 @@ func parseURL(raw string) (broker, error) {
 	case "mqtts", "ssl", "tls":
 		b.tls, port = true, "8883"
 	default:
-		return broker{}, fmt.Errorf("url: %q: the scheme must be mqtt, tcp, mqtts, ssl or tls", sinks.RedactURL(raw))
+		return broker{}, fmt.Errorf("url: %q: the scheme must be mqtt, tcp, mqtts, ssl or tls", sinkconfig.RedactURL(raw))
 	}
 	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
-		return broker{}, fmt.Errorf("url: %q: an MQTT broker URL has no path or query (topics come from the route's destination)", sinks.RedactURL(raw))
+		return broker{}, fmt.Errorf("url: %q: an MQTT broker URL has no path or query (topics come from the route's destination)", sinkconfig.RedactURL(raw))
 	}
 	if u.Port() != "" {
 		port = u.Port()
@@ -152,24 +153,18 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// withDefaults returns c with the defaults of unset fields filled in.
-func (c Config) withDefaults() Config {
-	if c.AckTimeout == 0 {
-		c.AckTimeout = DefaultAckTimeout
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.KeepAlive == 0 {
-		c.KeepAlive = DefaultKeepAlive
-	}
+// WithDefaults returns c with the defaults of unset fields filled in.
+func (c Config) WithDefaults() Config {
+	c.AckTimeout = cmp.Or(c.AckTimeout, DefaultAckTimeout)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, DefaultConnectTimeout)
+	c.KeepAlive = cmp.Or(c.KeepAlive, DefaultKeepAlive)
 	return c
 }
 
 // String implements fmt.Stringer with the URL's user information redacted,
 // so that printing a Config (or a struct holding one) shows no password.
 func (c Config) String() string {
-	c.URL = sinks.RedactURL(c.URL)
+	c.URL = sinkconfig.RedactURL(c.URL)
 	type plain Config // without this method, so that %+v does not recurse
 	return fmt.Sprintf("%+v", plain(c))
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/mqtt"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -43,7 +43,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func sinksTLS(ca string) sinks.TLSConfig { return sinks.TLSConfig{CAFile: ca} }
+func sinksTLS(ca string) sinkconfig.TLSConfig { return sinkconfig.TLSConfig{CAFile: ca} }
 
 func TestConfigPrintsNoPassword(t *testing.T) {
 	t.Parallel()

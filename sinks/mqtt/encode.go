@@ -10,7 +10,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 )
 
 // User property names the sink sets on every message, next to the event's
@@ -63,7 +63,7 @@ func encode(e sinks.Event, cfg Config, maxPacket uint32) (*paho.Publish, error) 
 			return nil, fmt.Errorf("sizing the message: %w", err)
 		}
 		if n > countingWriter(maxPacket) {
-			return nil, fmt.Errorf("the broker's maximum packet size: %w", sinks.TooLarge(e, int(n), int(maxPacket)))
+			return nil, fmt.Errorf("the broker's maximum packet size: %w", sinks.TooLarge(int(n), int(maxPacket)))
 		}
 	}
 	return p, nil

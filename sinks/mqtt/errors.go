@@ -2,13 +2,12 @@ package mqtt
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // ErrClosed is reported (as Unavailable) by Publish after Close.
@@ -100,10 +99,5 @@ func classifyConnect(err error) error {
 // isNetwork reports whether err is a network or TLS failure.
 func isNetwork(err error) bool {
 	var netErr net.Error
-	var certErr *tls.CertificateVerificationError
-	var unknownAuth x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	var recordErr tls.RecordHeaderError
-	return errors.As(err, &netErr) || errors.As(err, &certErr) || errors.As(err, &unknownAuth) ||
-		errors.As(err, &hostErr) || errors.As(err, &recordErr)
+	return errors.As(err, &netErr) || sinkconfig.IsTLSError(err)
 }

@@ -37,8 +37,10 @@
 // a PUBACK whose reason code is below 0x80 (0x10, no matching subscribers,
 // is a success: the broker accepted the message). Publish writes the whole
 // batch on one connection, in slice order, as fast as the broker's Receive
-// Maximum (its in-flight window) lets it, then waits for every PUBACK, each
-// bounded by ack_timeout and by the context: no round trip per event. QoS 1
+// Maximum (its in-flight window) lets it, and records each event's result
+// as its PUBACK arrives (each bounded by ack_timeout and by the context),
+// reporting it at once to a caller that asked (sinks.WithResultFunc): no
+// round trip per event. Concurrent calls share the connection. QoS 1
 // is at least once: a PUBACK lost with the connection leaves the event to
 // be sent again, and consumers dedupe by Herald-Id.
 //
@@ -47,11 +49,12 @@
 // Events of one key are written in slice order on one connection, and a
 // broker forwards one client's QoS 1 messages of a topic in the order it
 // received them; Publish waits for a batch's PUBACKs before returning, so
-// order holds across calls too. Once an event of key K fails before it is
-// written (refused by encode, no connection), the later events of K in the
-// call are not sent (sinks.ErrSkipped). An event of K refused by its PUBACK
-// may have later events of K already accepted: they are reported as they
-// went, and the relay sends them again after the failed one.
+// order holds across calls too. Once an event of key K failed (refused
+// before it was written, no connection, or refused by a PUBACK), the later
+// events of K in the call not written yet are not sent (sinks.ErrSkipped).
+// An event of K refused by its PUBACK may have later events of K already
+// accepted: they are reported as they went, and the relay sends them again
+// after the failed one.
 //
 // # Connection
 //
@@ -98,6 +101,7 @@ import (
 	"github.com/eclipse/paho.golang/paho/session/state"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Sink publishes events to an MQTT 5 broker. Create it with New.
@@ -116,8 +120,8 @@ type Sink struct {
 }
 
 var (
-	_ sinks.Sink               = (*Sink)(nil)
-	_ sinks.DestinationChecker = (*Sink)(nil)
+	_ sinks.ConcurrentPublisher = (*Sink)(nil)
+	_ sinks.DestinationChecker  = (*Sink)(nil)
 )
 
 // conn is one MQTT connection and its session.
@@ -132,12 +136,9 @@ type conn struct {
 // lazily, on the first Check or Publish, so a relay starts while the broker
 // is down. A nil logger means slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := sinkconfig.Prepare(cfg, logger)
+	if err != nil {
 		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	if logger == nil {
-		logger = slog.Default()
 	}
 	b, err := parseURL(cfg.URL)
 	if err != nil {
@@ -165,7 +166,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 		}
 		clientID = "herald-" + name + "-" + hex.EncodeToString(suffix)
 	}
-	return &Sink{name: name, cfg: cfg, broker: b, shown: sinks.RedactURL(cfg.URL), clientID: clientID, tls: tlsCfg, logger: logger}, nil
+	return &Sink{name: name, cfg: cfg, broker: b, shown: sinkconfig.RedactURL(cfg.URL), clientID: clientID, tls: tlsCfg, logger: logger}, nil
 }
 
 // Name returns the sink's name.
@@ -308,33 +309,39 @@ func (s *Sink) CheckDestinations(ctx context.Context, topics ...string) error {
 	return errors.Join(errs...)
 }
 
-// Publish sends events and returns one result per event; see the package
-// documentation for delivery, order and error classes.
+// PublishesConcurrently implements sinks.ConcurrentPublisher: calls write
+// on the one connection, whose in-flight window the broker bounds; each
+// message's PUBACK goes to its own call (ackSession).
+func (s *Sink) PublishesConcurrently() bool { return true }
+
+// Publish sends events and returns one result per event, each recorded as
+// its PUBACK arrives; see the package documentation for delivery, order and
+// error classes.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	errs := make([]error, len(events))
-	if len(events) == 0 {
-		return errs
-	}
-	b := &batch{sink: s, events: events, errs: errs, failed: map[string]bool{}}
-	if err := ctx.Err(); err != nil {
-		b.failRest(0, err)
-		return errs
+	res := sinks.NewResults(ctx, events, nil)
+	if len(events) == 0 || res.Ended() {
+		return res.Errors()
 	}
 	c, err := s.connect(ctx)
 	if err != nil {
-		b.failRest(0, err)
-		return errs
+		res.FailRest(err)
+		return res.Errors()
 	}
-	b.send(ctx, c)
-	return errs
-}
-
-// batch is one Publish call in progress.
-type batch struct {
-	sink   *Sink
-	events []sinks.Event
-	errs   []error
-	failed map[string]bool // keys with a failed event so far
+	// The broker answers a connection's PUBLISHes in the order it got them
+	// (MQTT 5, 4.6), so one goroutine awaits them in that order while the
+	// rest are written.
+	written := make(chan inflight, len(events))
+	awaited := make(chan struct{})
+	go func() {
+		defer close(awaited)
+		for f := range written {
+			s.await(ctx, c, res, f)
+		}
+	}()
+	s.send(ctx, c, res, events, written)
+	close(written)
+	<-awaited
+	return res.Errors()
 }
 
 // inflight is one written PUBLISH awaiting its PUBACK.
@@ -344,78 +351,42 @@ type inflight struct {
 	sent time.Time
 }
 
-// fail records err for event i and marks its key failed.
-func (b *batch) fail(i int, err error) {
-	e := b.events[i]
-	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, err)
-	if e.Key != "" {
-		b.failed[e.Key] = true
-	}
-}
-
-// failRest records err for the events from i on.
-func (b *batch) failRest(from int, err error) {
-	for i := from; i < len(b.events); i++ {
-		b.fail(i, err)
-	}
-}
-
-// blocked reports whether event i must not be sent because an earlier event
-// of its key failed, recording ErrSkipped if so.
-func (b *batch) blocked(i int) bool {
-	e := b.events[i]
-	if e.Key == "" || !b.failed[e.Key] {
-		return false
-	}
-	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, sinks.ErrSkipped)
-	return true
-}
-
-// send writes the batch in order, each PUBLISH as soon as the broker's
-// in-flight window has room, then collects the PUBACKs.
-func (b *batch) send(ctx context.Context, c *conn) {
-	s := b.sink
-	var window []inflight
-	for i, e := range b.events {
-		if err := ctx.Err(); err != nil {
-			b.failRest(i, err)
-			break
-		}
-		if b.blocked(i) {
+// send writes the events in order, each PUBLISH as soon as the broker's
+// in-flight window has room, handing each to written.
+func (s *Sink) send(ctx context.Context, c *conn, res *sinks.Results, events []sinks.Event, written chan<- inflight) {
+	for i, e := range events {
+		if res.Blocked(i) {
 			continue
 		}
 		p, err := encode(e, s.cfg, c.maxPacket)
 		if err != nil {
-			b.fail(i, err)
+			res.Fail(i, err)
 			continue
 		}
 		ack := make(chan packets.ControlPacket, 1)
 		_, err = c.client.PublishWithOptions(context.WithValue(ctx, ackKey{}, ack), p,
 			paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
-		if err != nil {
-			switch {
-			case errors.Is(err, paho.ErrNetworkErrorAfterStored), errors.Is(err, session.ErrNoConnection), isNetwork(err):
-				b.failRest(i, sinks.Unavailable(fmt.Errorf("%w: %w", ErrConnectionLost, err)))
-			case errors.Is(err, paho.ErrInvalidArguments):
-				// QoS or retain beyond what the broker offers: every
-				// event would fail alike.
-				b.failRest(i, sinks.Unavailable(err))
-			default: // ctx or ack_timeout ended while the window was full
-				b.failRest(i, fmt.Errorf("waiting for room in the broker's in-flight window: %w", err))
-			}
-			break
+		switch {
+		case err == nil:
+			written <- inflight{i: i, ack: ack, sent: time.Now()}
+		case errors.Is(err, paho.ErrNetworkErrorAfterStored), errors.Is(err, session.ErrNoConnection), isNetwork(err):
+			res.Fail(i, sinks.Unavailable(fmt.Errorf("%w: %w", ErrConnectionLost, err)))
+		case errors.Is(err, paho.ErrInvalidArguments):
+			// QoS or retain beyond what the broker offers: every event
+			// would fail alike.
+			res.Fail(i, sinks.Unavailable(err))
+		default: // ctx or ack_timeout ended while the window was full
+			err = fmt.Errorf("waiting for room in the broker's in-flight window: %w", err)
+			res.Fail(i, err)
+			res.Stop(err)
 		}
-		window = append(window, inflight{i: i, ack: ack, sent: time.Now()})
-	}
-	for _, f := range window {
-		b.await(ctx, c, f)
 	}
 }
 
 // await waits for f's PUBACK, bounded by ack_timeout, the connection and
 // ctx, and records the result.
-func (b *batch) await(ctx context.Context, c *conn, f inflight) {
-	timer := time.NewTimer(time.Until(f.sent.Add(b.sink.cfg.AckTimeout)))
+func (s *Sink) await(ctx context.Context, c *conn, res *sinks.Results, f inflight) {
+	timer := time.NewTimer(time.Until(f.sent.Add(s.cfg.AckTimeout)))
 	defer timer.Stop()
 	var resp packets.ControlPacket
 	select {
@@ -424,24 +395,26 @@ func (b *batch) await(ctx context.Context, c *conn, f inflight) {
 		select {
 		case resp = <-f.ack: // it arrived just before the connection dropped
 		default:
-			b.fail(f.i, sinks.Unavailable(ErrConnectionLost))
+			res.Fail(f.i, sinks.Unavailable(ErrConnectionLost))
 			return
 		}
 	case <-ctx.Done():
-		b.fail(f.i, fmt.Errorf("waiting for the PUBACK: %w (the broker may have the message)", ctx.Err()))
+		res.Fail(f.i, fmt.Errorf("waiting for the PUBACK: %w (the broker may have the message)", ctx.Err()))
 		return
 	case <-timer.C:
-		b.fail(f.i, fmt.Errorf("no PUBACK within ack_timeout (%s): the broker may have the message", b.sink.cfg.AckTimeout))
+		res.Fail(f.i, fmt.Errorf("no PUBACK within ack_timeout (%s): the broker may have the message", s.cfg.AckTimeout))
 		return
 	}
 	puback, ok := resp.Content.(*packets.Puback)
 	switch {
 	case resp.Type == 0: // the session closed: the connection dropped and a new one replaced it
-		b.fail(f.i, sinks.Unavailable(ErrConnectionLost))
+		res.Fail(f.i, sinks.Unavailable(ErrConnectionLost))
 	case !ok:
-		b.fail(f.i, fmt.Errorf("mqtt: the broker answered a PUBLISH with packet type %d instead of PUBACK", resp.Type))
+		res.Fail(f.i, fmt.Errorf("mqtt: the broker answered a PUBLISH with packet type %d instead of PUBACK", resp.Type))
 	case puback.ReasonCode >= 0x80:
-		b.fail(f.i, classifyReason(puback.ReasonCode))
+		res.Fail(f.i, classifyReason(puback.ReasonCode))
+	default:
+		res.Delivered(f.i)
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/mqtttest"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/mqtt"
-	"github.com/heraldhq/herald/sinks/mqtt/mqtttest"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -24,6 +24,13 @@ func TestConformance(t *testing.T) {
 		NewSink: func(t *testing.T, destination string) sinks.Sink {
 			subs.Store(destination, mqtttest.Subscribe(t, url, destination))
 			s, err := mqtt.New("conformance", mqtt.Config{URL: url}, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			s, err := mqtt.New("conformance", mqtt.Config{URL: "mqtt://" + sinktest.ClosedAddr(t)}, quiet)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +51,7 @@ func TestConformance(t *testing.T) {
 		Refused: func(destination, key string) sinks.Event {
 			return sinktest.Event(destination+"/+", key, []byte(`{}`)) // a wildcard: not a topic name
 		},
-		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
+		Features: sinktest.Features{Headers: true, Binary: true, Keys: true, ReportsEarly: true},
 		Timeout:  30 * time.Second,
 	})
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/natstest"
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/nats/natstest"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 

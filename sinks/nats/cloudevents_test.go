@@ -12,10 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/heraldhq/herald/internal/natstest"
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 	"github.com/heraldhq/herald/sinks/nats"
-	"github.com/heraldhq/herald/sinks/nats/natstest"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -81,6 +81,14 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			}
 			return s
 		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			s, err := nats.New("conformance", nats.Config{URL: "nats://" + sinktest.ClosedAddr(t), Format: nats.FormatCloudEvents,
+				CloudEvents: cloudevents.Config{Mode: mode, Source: "/test"}}, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			v, ok := streams.Load(destination)
 			if !ok {
@@ -100,7 +108,7 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			return sinktest.Oversized(destination, key, 2<<20) // over the server's max_payload
 		},
 		// x-tenant, the suite's event header, is no valid extension name.
-		Features: sinktest.Features{Binary: true, Keys: true},
+		Features: sinktest.Features{Binary: true, Keys: true, ReportsEarly: true},
 	})
 }
 

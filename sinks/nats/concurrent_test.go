@@ -5,9 +5,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/heraldhq/herald/internal/natstest"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/nats"
-	"github.com/heraldhq/herald/sinks/nats/natstest"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 

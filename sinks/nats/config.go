@@ -1,14 +1,15 @@
 package nats
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Mode selects how the sink publishes.
@@ -61,15 +62,15 @@ type Config struct {
 	// CredentialsFile is a NATS .creds file (user JWT and NKey seed).
 	CredentialsFile string `yaml:"credentials_file"`
 	// Token is an authentication token.
-	Token sinks.Secret `yaml:"token"`
+	Token sinkconfig.Secret `yaml:"token"`
 	// User and Password authenticate with a user name and password; give
 	// both or neither.
-	User     string       `yaml:"user"`
-	Password sinks.Secret `yaml:"password"`
+	User     string            `yaml:"user"`
+	Password sinkconfig.Secret `yaml:"password"`
 	// NKeySeedFile is a file holding an NKey user seed.
 	NKeySeedFile string `yaml:"nkey_seed_file"`
 	// TLS configures TLS. A tls:// or wss:// URL turns TLS on by itself.
-	TLS sinks.TLSConfig `yaml:"tls"`
+	TLS sinkconfig.TLSConfig `yaml:"tls"`
 	// AckTimeout bounds the wait for each message's acknowledgement (the
 	// stream's PubAck in JetStream mode, the flush's PONG in core mode), on
 	// top of the deadline of the Publish context. Defaults to 5s.
@@ -147,12 +148,12 @@ func (c Config) Validate() error {
 	for i, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("%s: %q is not a server URL such as nats://host:4222", keys[i], sinks.RedactURL(raw))
+			return fmt.Errorf("%s: %q is not a server URL such as nats://host:4222", keys[i], sinkconfig.RedactURL(raw))
 		}
 		switch u.Scheme {
 		case "nats", "tls", "ws", "wss":
 		default:
-			return fmt.Errorf("%s: %q: the scheme must be nats, tls, ws or wss", keys[i], sinks.RedactURL(raw))
+			return fmt.Errorf("%s: %q: the scheme must be nats, tls, ws or wss", keys[i], sinkconfig.RedactURL(raw))
 		}
 	}
 	switch c.Mode {
@@ -202,17 +203,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// withDefaults returns c with the defaults of unset fields filled in.
-func (c Config) withDefaults() Config {
-	if c.Mode == "" {
-		c.Mode = ModeJetStream
-	}
-	if c.AckTimeout == 0 {
-		c.AckTimeout = DefaultAckTimeout
-	}
-	if c.MaxPending == 0 {
-		c.MaxPending = DefaultMaxPending
-	}
+// WithDefaults returns c with the defaults of unset fields filled in.
+func (c Config) WithDefaults() Config {
+	c.Mode = cmp.Or(c.Mode, ModeJetStream)
+	c.AckTimeout = cmp.Or(c.AckTimeout, DefaultAckTimeout)
+	c.MaxPending = cmp.Or(c.MaxPending, DefaultMaxPending)
 	if c.CheckStreams == nil {
 		on := true
 		c.CheckStreams = &on

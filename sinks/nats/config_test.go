@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -61,7 +61,7 @@ func TestNewChecksFiles(t *testing.T) {
 	}{
 		{nats.Config{URL: "nats://a:1", CredentialsFile: missing}, "credentials_file: "},
 		{nats.Config{URL: "nats://a:1", NKeySeedFile: missing}, "nkey_seed_file: "},
-		{nats.Config{URL: "nats://a:1", TLS: sinks.TLSConfig{CAFile: missing}}, "tls.ca_file: "},
+		{nats.Config{URL: "nats://a:1", TLS: sinkconfig.TLSConfig{CAFile: missing}}, "tls.ca_file: "},
 		{nats.Config{URL: "nats://a:1", Mode: "x"}, "mode: "},
 	} {
 		if _, err := nats.New("n", tc.cfg, nil); err == nil || !strings.HasPrefix(err.Error(), tc.want) {

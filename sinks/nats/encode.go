@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 )
 
 // Header names the sink sets on every message, next to the event's own
@@ -93,7 +93,7 @@ func encodeCloudEvent(e sinks.Event, ce cloudevents.Config, maxPayload int64, al
 func checkSize(e sinks.Event, msg *natsgo.Msg, maxPayload int64) (*natsgo.Msg, error) {
 	size := len(msg.Data) + headerSize(msg.Header)
 	if maxPayload > 0 && int64(size) > maxPayload {
-		return nil, fmt.Errorf("the server's max_payload: %w", sinks.TooLarge(e, size, int(maxPayload)))
+		return nil, fmt.Errorf("the server's max_payload: %w", sinks.TooLarge(size, int(maxPayload)))
 	}
 	return msg, nil
 }

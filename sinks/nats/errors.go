@@ -2,8 +2,6 @@ package nats
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // ErrNoStream is reported, wrapped in sinks.Unavailable, for an event whose
@@ -48,14 +47,7 @@ func classify(err error) error {
 		}
 	}
 	var netErr net.Error
-	var certErr *tls.CertificateVerificationError
-	var unknownAuth x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	var recordErr tls.RecordHeaderError
-	if errors.As(err, &certErr) || errors.As(err, &unknownAuth) || errors.As(err, &hostErr) || errors.As(err, &recordErr) {
-		return sinks.Unavailable(err)
-	}
-	if errors.As(err, &netErr) && !errors.Is(err, context.DeadlineExceeded) {
+	if sinkconfig.IsTLSError(err) || errors.As(err, &netErr) && !errors.Is(err, context.DeadlineExceeded) {
 		return sinks.Unavailable(err)
 	}
 	switch {

@@ -30,9 +30,11 @@
 //
 // In JetStream mode (mode: jetstream) Publish sends the whole batch with
 // asynchronous publishes on one connection, at most max_pending unacknowledged
-// at a time, then waits for every PubAck (each bounded by ack_timeout and by
-// the context). An event is reported delivered only when a stream acknowledged
-// storing it, or acknowledged it as a duplicate of a message it already holds.
+// at a time over all calls, and records each event's result as its PubAck
+// arrives (each bounded by ack_timeout and by the context), reporting it at
+// once to a caller that asked (sinks.WithResultFunc). An event is reported
+// delivered only when a stream acknowledged storing it, or acknowledged it as
+// a duplicate of a message it already holds.
 // Each message carries Nats-Msg-Id = event id, so the stream drops a re-sent
 // event inside its duplicate window (the stream's `duplicate_window`, 2 minutes
 // by default): retries after a lost acknowledgement do not duplicate.
@@ -46,8 +48,9 @@
 //
 // Events of one key are sent in slice order, on one connection, and a batch's
 // acknowledgements are awaited before Publish returns, so order holds within
-// and across calls. Once an event of key K fails before it is sent, the
-// later events of K in the call are not sent (sinks.ErrSkipped). Because
+// and across calls. Once an event of key K failed (refused before it was
+// sent, or its PubAck came back an error), the later events of K in the
+// call not sent yet are not sent (sinks.ErrSkipped). Because
 // JetStream mode pipelines, when an event of K fails after it was sent,
 // later events of K may already be stored: they are reported as they went
 // (stored is delivered), and the relay, which holds K's later events back
@@ -107,6 +110,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // reconnectWait is the pause between reconnect attempts to one server.
@@ -140,18 +144,15 @@ var _ sinks.Sink = (*Sink)(nil)
 // lazily, on the first Publish or CheckSubjects, so a relay starts while
 // NATS is down. A nil logger means slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := sinkconfig.Prepare(cfg, logger)
+	if err != nil {
 		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	if logger == nil {
-		logger = slog.Default()
 	}
 	s := &Sink{name: name, cfg: cfg, logger: logger, streams: map[string][]string{}}
 	urls, _ := cfg.servers()
 	shown := make([]string, len(urls))
 	for i, u := range urls {
-		shown[i] = sinks.RedactURL(u)
+		shown[i] = sinkconfig.RedactURL(u)
 	}
 	s.servers = strings.Join(urls, ",")
 	s.shown = strings.Join(shown, ",")
@@ -383,207 +384,128 @@ func subjectMatches(f, subject string) bool {
 	}
 }
 
-// Publish sends events and returns one result per event; see the package
-// documentation for delivery, order and error classes.
+// Publish sends events and returns one result per event, each reported as
+// soon as it is known; see the package documentation for delivery, order
+// and error classes.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	errs := make([]error, len(events))
-	if len(events) == 0 {
-		return errs
-	}
-	b := &batch{sink: s, events: events, errs: errs, failed: map[string]bool{}}
-	if err := ctx.Err(); err != nil {
-		b.failRest(0, err)
-		return errs
+	res := sinks.NewResults(ctx, events, nil)
+	if len(events) == 0 || res.Ended() {
+		return res.Errors()
 	}
 	nc, js, err := s.connected(ctx)
 	if err != nil {
-		b.failRest(0, err)
-		return errs
+		res.FailRest(err)
+		return res.Errors()
 	}
 	if s.cfg.Mode == ModeCore {
-		b.publishCore(ctx, nc)
+		s.publishCore(ctx, res, events, nc)
 	} else {
-		b.publishJetStream(ctx, nc, js)
+		s.publishJetStream(ctx, res, events, nc, js)
 	}
-	return errs
-}
-
-// batch is one Publish call in progress.
-type batch struct {
-	sink   *Sink
-	events []sinks.Event
-	errs   []error
-	sent   []bool
-	failed map[string]bool // keys with a failed event so far
-}
-
-// fail records err for event i and marks its key failed.
-func (b *batch) fail(i int, err error) {
-	e := b.events[i]
-	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, err)
-	if e.Key != "" {
-		b.failed[e.Key] = true
-	}
-}
-
-// failRest records err for events from i on that have no result yet and
-// were not sent.
-func (b *batch) failRest(from int, err error) {
-	for i := from; i < len(b.events); i++ {
-		if b.errs[i] == nil && (b.sent == nil || !b.sent[i]) {
-			b.fail(i, err)
-		}
-	}
-}
-
-// blocked reports whether event i must not be sent because an earlier event
-// of its key failed, recording ErrSkipped if so.
-func (b *batch) blocked(i int) bool {
-	e := b.events[i]
-	if e.Key == "" || !b.failed[e.Key] {
-		return false
-	}
-	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, sinks.ErrSkipped)
-	return true
+	return res.Errors()
 }
 
 // publishCore publishes with core NATS and confirms with one flush.
-func (b *batch) publishCore(ctx context.Context, nc *natsgo.Conn) {
-	b.sent = make([]bool, len(b.events))
+func (s *Sink) publishCore(ctx context.Context, res *sinks.Results, events []sinks.Event, nc *natsgo.Conn) {
 	maxPayload := nc.MaxPayload()
-	anySent := false
-	for i, e := range b.events {
-		if b.blocked(i) {
+	var sent []int
+	for i, e := range events {
+		if res.Blocked(i) {
 			continue
 		}
-		msg, err := b.sink.encode(e, maxPayload)
+		msg, err := s.encode(e, maxPayload)
+		if err == nil {
+			err = nc.PublishMsg(msg)
+		}
 		if err != nil {
-			b.fail(i, err)
+			res.Fail(i, classify(err))
 			continue
 		}
-		if err := nc.PublishMsg(msg); err != nil {
-			err = classify(err)
-			if sinks.IsUnavailable(err) {
-				b.failRest(i, err)
-				break
-			}
-			b.fail(i, err)
-			continue
-		}
-		b.sent[i], anySent = true, true
+		sent = append(sent, i)
 	}
-	if !anySent {
+	if len(sent) == 0 {
 		return
 	}
-	fctx, cancel := context.WithTimeout(ctx, b.sink.cfg.AckTimeout)
+	fctx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
 	defer cancel()
 	err := nc.FlushWithContext(fctx)
-	if err == nil {
-		return
-	}
-	if !nc.IsConnected() {
+	switch {
+	case err == nil:
+	case !nc.IsConnected():
 		err = sinks.Unavailable(fmt.Errorf("flushing: %w (connection lost)", err))
-	} else {
+	default:
 		err = classify(fmt.Errorf("flushing: %w (the server may or may not have received the messages)", err))
 	}
-	for i, sent := range b.sent {
-		if sent {
-			b.fail(i, err)
+	for _, i := range sent {
+		if err != nil {
+			res.Fail(i, err)
+		} else {
+			res.Delivered(i)
 		}
 	}
 }
 
-// inflight is one sent JetStream message awaiting its PubAck.
-type inflight struct {
-	i   int
-	ack jetstream.PubAckFuture
-}
-
-// publishJetStream pipelines the batch with PublishMsgAsync, at most
-// MaxPending unacknowledged, and collects every PubAck.
-func (b *batch) publishJetStream(ctx context.Context, nc *natsgo.Conn, js jetstream.JetStream) {
-	s := b.sink
-	b.sent = make([]bool, len(b.events))
+// publishJetStream pipelines the events with PublishMsgAsync (the JetStream
+// context keeps at most MaxPending unacknowledged over all calls) and
+// records each event's result as its PubAck arrives.
+func (s *Sink) publishJetStream(ctx context.Context, res *sinks.Results, events []sinks.Event, nc *natsgo.Conn, js jetstream.JetStream) {
 	maxPayload := nc.MaxPayload()
-	var window []inflight
 	missing := map[string]error{} // subjects found uncovered in this call
-	for i, e := range b.events {
-		for len(window) >= s.cfg.MaxPending {
-			b.await(ctx, window[0])
-			window = window[1:]
-		}
-		if err := ctx.Err(); err != nil {
-			b.failRest(i, err)
-			break
-		}
-		if b.blocked(i) {
+	var acks sync.WaitGroup
+	defer acks.Wait()
+	for i, e := range events {
+		if res.Blocked(i) {
 			continue
 		}
-		msg, err := b.sink.encode(e, maxPayload)
-		if err != nil {
-			b.fail(i, err)
-			continue
-		}
-		if *s.cfg.CheckStreams {
-			err, seen := missing[e.Destination]
-			if !seen {
-				err = s.checkStream(ctx, js, e.Destination)
-				if err != nil {
+		msg, err := s.encode(e, maxPayload)
+		if err == nil && *s.cfg.CheckStreams {
+			var seen bool
+			if err, seen = missing[e.Destination]; !seen {
+				if err = s.checkStream(ctx, js, e.Destination); err != nil {
 					missing[e.Destination] = err
 				}
 			}
-			if sinks.IsUnavailable(err) {
-				b.failRest(i, err)
-				break
-			}
-			if err != nil {
-				b.fail(i, err)
-				continue
-			}
+		}
+		if err != nil {
+			res.Fail(i, err)
+			continue
 		}
 		// Concurrent calls share the connection's MaxPending window, so a
 		// call can find it full of others' messages: wait for room as
 		// long as for an ack, not nats.go's default 200 ms.
 		ack, err := js.PublishMsgAsync(msg, jetstream.WithStallWait(s.cfg.AckTimeout))
 		if err != nil {
-			err = classify(err)
-			if sinks.IsUnavailable(err) {
-				b.failRest(i, err)
-				break
-			}
-			b.fail(i, err)
+			res.Fail(i, classify(err))
 			continue
 		}
-		b.sent[i] = true
-		window = append(window, inflight{i, ack})
-	}
-	for _, f := range window {
-		b.await(ctx, f)
+		acks.Go(func() { s.await(ctx, res, i, ack) })
 	}
 }
 
-// await waits for f's PubAck, bounded by ctx (the ack timeout is the
+// await waits for event i's PubAck, bounded by ctx (the ack timeout is the
 // JetStream context's), and records the result.
-func (b *batch) await(ctx context.Context, f inflight) {
+func (s *Sink) await(ctx context.Context, res *sinks.Results, i int, ack jetstream.PubAckFuture) {
 	var err error
 	select {
-	case <-f.ack.Ok():
+	case <-ack.Ok():
+		res.Delivered(i)
 		return
-	case err = <-f.ack.Err():
+	case err = <-ack.Err():
 	default:
 		select {
-		case <-f.ack.Ok():
+		case <-ack.Ok():
+			res.Delivered(i)
 			return
-		case err = <-f.ack.Err():
+		case err = <-ack.Err():
 		case <-ctx.Done():
 			err = fmt.Errorf("waiting for the PubAck: %w (the message may have been stored)", ctx.Err())
 		}
 	}
 	err = classify(err)
 	if errors.Is(err, ErrNoStream) {
-		b.sink.forgetStreams()
+		s.forgetStreams()
 	}
-	b.fail(f.i, err)
+	res.Fail(i, err)
 }
 
 // Close flushes what the connection still buffers, within ctx's deadline

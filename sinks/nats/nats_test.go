@@ -16,9 +16,10 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/heraldhq/herald/internal/natstest"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/nats"
-	"github.com/heraldhq/herald/sinks/nats/natstest"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -85,6 +86,13 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			s, err := nats.New("conformance", nats.Config{URL: "nats://" + sinktest.ClosedAddr(t)}, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			v, ok := streams.Load(destination)
 			if !ok {
@@ -104,7 +112,7 @@ func TestConformance(t *testing.T) {
 		Refused: func(destination, key string) sinks.Event {
 			return sinktest.Oversized(destination, key, 2<<20) // over the server's max_payload
 		},
-		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
+		Features: sinktest.Features{Headers: true, Binary: true, Keys: true, ReportsEarly: true},
 	})
 }
 
@@ -594,7 +602,7 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 func TestTLSToPlainServerIsUnavailable(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartServer(t)
-	s := open(t, nats.Config{URL: srv.URL(), TLS: sinks.TLSConfig{Enabled: true}})
+	s := open(t, nats.Config{URL: srv.URL(), TLS: sinkconfig.TLSConfig{Enabled: true}})
 	errs := publish(t, s, sinktest.Event("herald_test.x", "", []byte(`{}`)))
 	if !sinks.IsUnavailable(errs[0]) || !strings.Contains(errs[0].Error(), "secure") {
 		t.Fatalf("got %v, want Unavailable about TLS", errs[0])

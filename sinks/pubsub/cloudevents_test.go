@@ -11,7 +11,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 	"github.com/heraldhq/herald/sinks/pubsub"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
@@ -70,6 +70,10 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			return newSink(t, pubsub.Config{Endpoint: b.endpoint, Format: pubsub.FormatCloudEvents,
 				CloudEvents: cloudevents.Config{Mode: mode, Source: "/test"}})
 		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			return newSink(t, pubsub.Config{Endpoint: sinktest.ClosedAddr(t), Timeout: time.Second, Format: pubsub.FormatCloudEvents,
+				CloudEvents: cloudevents.Config{Mode: mode, Source: "/test"}})
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			var out []sinktest.Received
 			for _, m := range b.received(destination) {
@@ -86,7 +90,7 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			return sinktest.Oversized(destination, key, 10_000_001)
 		},
 		// x-tenant, the suite's event header, is no valid extension name.
-		Features: sinktest.Features{Binary: true, Keys: true},
+		Features: sinktest.Features{Binary: true, Keys: true, ReportsEarly: true},
 	})
 }
 

@@ -1,6 +1,7 @@
 package pubsub
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,7 @@ import (
 
 	"google.golang.org/api/option"
 
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 )
 
 // Format is how an event becomes a message.
@@ -102,14 +103,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// withDefaults returns c with the defaults of unset fields filled in.
-func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxTopics == 0 {
-		c.MaxTopics = DefaultMaxTopics
-	}
+// WithDefaults returns c with the defaults of unset fields filled in.
+func (c Config) WithDefaults() Config {
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.MaxTopics = cmp.Or(c.MaxTopics, DefaultMaxTopics)
 	return c
 }
 

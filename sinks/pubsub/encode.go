@@ -8,7 +8,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 )
 
 // Attribute names the sink sets on every message, next to the event's own
@@ -40,11 +40,10 @@ const (
 // the event key as ordering key. A message Pub/Sub would refuse (an
 // attribute over its limits, a payload over 10 MB) or that cannot be
 // encoded (a JSON content type with a payload that is not JSON in the
-// structured CloudEvents mode) is a permanent error, named after the event
-// and the field.
+// structured CloudEvents mode) is a permanent error naming the field.
 func encode(e sinks.Event, cfg Config) (*pubsub.Message, error) {
 	if len(e.Key) > maxOrderingKey {
-		return nil, sinks.Permanent(fmt.Errorf("event %s: key is %d bytes, over Pub/Sub's ordering key limit of %d", e.ID, len(e.Key), maxOrderingKey))
+		return nil, sinks.Permanent(fmt.Errorf("key is %d bytes, over Pub/Sub's ordering key limit of %d", len(e.Key), maxOrderingKey))
 	}
 	var attrs map[string]string
 	data := e.Payload
@@ -58,14 +57,14 @@ func encode(e sinks.Event, cfg Config) (*pubsub.Message, error) {
 		return nil, err
 	}
 	if len(attrs) > maxAttributes {
-		return nil, sinks.Permanent(fmt.Errorf("event %s: %d attributes with the sink's own, over Pub/Sub's limit of %d", e.ID, len(attrs), maxAttributes))
+		return nil, sinks.Permanent(fmt.Errorf("%d attributes with the sink's own, over Pub/Sub's limit of %d", len(attrs), maxAttributes))
 	}
 	size := len(data) + len(e.Key)
 	for k, v := range attrs {
 		size += len(k) + len(v)
 	}
 	if size > maxMessageBytes {
-		return nil, sinks.TooLarge(e, size, maxMessageBytes)
+		return nil, sinks.TooLarge(size, maxMessageBytes)
 	}
 	return &pubsub.Message{Data: data, Attributes: attrs, OrderingKey: e.Key}, nil
 }
@@ -76,7 +75,7 @@ func heraldAttributes(e sinks.Event) (map[string]string, error) {
 	attrs := make(map[string]string, len(e.Headers)+3)
 	for k, v := range e.Headers {
 		if err := checkAttribute("header", k, v); err != nil {
-			return nil, sinks.Permanent(fmt.Errorf("event %s: %w", e.ID, err))
+			return nil, sinks.Permanent(err)
 		}
 		attrs[k] = v
 	}
@@ -100,7 +99,7 @@ func encodeCloudEvent(e sinks.Event, ce cloudevents.Config) (map[string]string, 
 	if ce.Structured() {
 		body, err := cloudevents.Structured(e, ce.Source)
 		if err != nil {
-			return nil, nil, fmt.Errorf("event %s: %w", e.ID, err)
+			return nil, nil, err
 		}
 		return map[string]string{AttrContentType: cloudevents.MediaTypePubSub}, body, nil
 	}
@@ -111,7 +110,7 @@ func encodeCloudEvent(e sinks.Event, ce cloudevents.Config) (map[string]string, 
 		// subject come from the event as they are, and any value may be
 		// over Pub/Sub's limit.
 		if err := checkAttribute("CloudEvents attribute", h.Name, h.Value); err != nil {
-			return nil, nil, sinks.Permanent(fmt.Errorf("event %s: %w", e.ID, err))
+			return nil, nil, sinks.Permanent(err)
 		}
 		attrs[h.Name] = h.Value
 	}

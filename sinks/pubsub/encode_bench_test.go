@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -23,7 +23,7 @@ func BenchmarkEncode(b *testing.B) {
 		{"cloudevents-structured", Config{Format: FormatCloudEvents, CloudEvents: cloudevents.Config{Mode: cloudevents.ModeStructured, Source: "/bench"}}},
 	} {
 		b.Run(f.name, func(b *testing.B) {
-			cfg := f.cfg.withDefaults()
+			cfg := f.cfg.WithDefaults()
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := encode(e, cfg); err != nil {

@@ -40,7 +40,9 @@
 // Publish hands the whole batch to the client library, which bundles the
 // messages of a topic (per ordering key, up to 1000 messages or 5 MB a
 // request), flushes them at the end of the call and reports a result per
-// message; an event is delivered when Pub/Sub acknowledged its message.
+// message; an event is delivered when Pub/Sub acknowledged its message,
+// recorded as soon as the acknowledgement arrives and reported at once to a
+// caller that asked (sinks.WithResultFunc).
 // The library retries transient errors itself within timeout; Publish
 // waits for every result or the end of its context.
 //
@@ -79,6 +81,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -92,6 +95,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // bundleBytes is the request size at which the library sends a bundle
@@ -145,12 +149,9 @@ var (
 // lazily, on the first Check or Publish, so a relay starts while Pub/Sub is
 // unreachable. A nil logger means slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := sinkconfig.Prepare(cfg, logger)
+	if err != nil {
 		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	if logger == nil {
-		logger = slog.Default()
 	}
 	server := cfg.Endpoint
 	if server == "" {
@@ -275,58 +276,55 @@ type orderKey struct{ topic, key string }
 // sent is an event handed to the library, awaiting its result.
 type sent struct {
 	i      int
-	key    orderKey
 	result *pubsub.PublishResult
 }
 
-// Publish implements sinks.Sink.
+// Publish implements sinks.Sink: each event's result is recorded as
+// Pub/Sub acknowledges its message.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	results := make([]error, len(events))
-	if len(events) == 0 {
-		return results
+	res := sinks.NewResults(ctx, events, topic)
+	if len(events) == 0 || res.Ended() {
+		return res.Errors()
 	}
 	client, err := s.connect(ctx)
 	if err != nil {
-		return sinks.Fill(len(events), err)
-	}
-	// failed holds the keys with a failed event in this call: their later
-	// events are skipped (order is per key, whatever the topic). resume
-	// holds the queues the library may have paused.
-	failed := map[string]bool{}
-	resume := map[orderKey]bool{}
-	fail := func(i int, k orderKey, err error) {
-		results[i] = err
-		if k.key != "" {
-			failed[k.key] = true
-			resume[k] = true
-		}
+		res.FailRest(err)
+		return res.Errors()
 	}
 	used := map[string]*topicPublisher{}
-	pending := make([]sent, 0, len(events))
+	// The messages handed to the library, one queue per ordering key (the
+	// library completes a key's messages in order) and one per keyless
+	// message.
+	queues := map[orderKey][]sent{}
+	var keyless [][]sent
 	for i, e := range events {
-		k := orderKey{e.Destination, e.Key}
-		if failed[k.key] {
-			results[i] = sinks.ErrSkipped
+		if res.Blocked(i) {
 			continue
 		}
 		if err := checkTopicID(e.Destination); err != nil {
-			fail(i, k, sinks.Permanent(fmt.Errorf("event %s: destination: %w", e.ID, err)))
+			res.Fail(i, sinks.Permanent(fmt.Errorf("destination: %w", err)))
 			continue
 		}
 		msg, err := encode(e, s.cfg)
 		if err != nil {
-			fail(i, k, err)
+			res.Fail(i, err)
 			continue
 		}
 		tp, ok := used[e.Destination]
 		if !ok {
 			if tp, err = s.acquire(client, e.Destination); err != nil {
-				fail(i, k, err)
+				res.Fail(i, err)
 				continue
 			}
 			used[e.Destination] = tp
 		}
-		pending = append(pending, sent{i: i, key: k, result: tp.p.Publish(ctx, msg)})
+		p := sent{i: i, result: tp.p.Publish(ctx, msg)}
+		if e.Key == "" {
+			keyless = append(keyless, []sent{p})
+			continue
+		}
+		k := orderKey{e.Destination, e.Key}
+		queues[k] = append(queues[k], p)
 	}
 
 	// Send the bundles now rather than after the library's delay. Flush
@@ -342,30 +340,49 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 		}
 	}()
 
-	for _, p := range pending {
+	var wg sync.WaitGroup
+	for _, q := range keyless {
+		wg.Go(func() { s.settle(ctx, res, q) })
+	}
+	for k, q := range queues {
+		wg.Go(func() {
+			if s.settle(ctx, res, q) {
+				// The library keeps a failed key paused until told
+				// otherwise: the failure is reported, and the relay
+				// decides when to send the key again.
+				used[k.topic].p.ResumePublish(k.key)
+			}
+		})
+	}
+	wg.Wait()
+	return res.Errors()
+}
+
+// topic names an event's topic in errors.
+func topic(e *sinks.Event) string { return "topic " + strconv.Quote(e.Destination) }
+
+// settle records the results of one queue's messages, in order, as they
+// arrive, and reports whether one failed.
+func (s *Sink) settle(ctx context.Context, res *sinks.Results, queue []sent) (failed bool) {
+	for _, p := range queue {
 		_, err := p.result.Get(ctx)
-		if err == nil {
-			continue
-		}
 		var paused pubsub.ErrPublishingPaused
 		switch {
-		case errors.As(err, &paused) && failed[p.key.key]:
-			results[p.i] = sinks.ErrSkipped
+		case err == nil:
+			res.Delivered(p.i)
+			continue
 		case errors.As(err, &paused):
-			fail(p.i, p.key, fmt.Errorf("event %s: %w", events[p.i].ID, ErrKeyPaused))
+			// Not sent: skipped behind a failure of this call, or paused
+			// by one of an earlier call.
+			if !res.Blocked(p.i) {
+				res.Fail(p.i, ErrKeyPaused)
+			}
 		default:
-			fail(p.i, p.key, s.classify(fmt.Errorf("event %s: publishing to topic %q: %w", events[p.i].ID, p.key.topic, err)))
+			res.Fail(p.i, s.classify(err))
 		}
+		failed = true
 	}
-	// The library keeps a failed key paused until told otherwise: the
-	// failure is reported, and the relay decides when to send the key
-	// again.
-	for k := range resume {
-		if tp, ok := used[k.topic]; ok {
-			tp.p.ResumePublish(k.key)
-		}
-	}
-	return results
+	return failed
 }
 
 // classify marks err (from the library, a request or the context) with the

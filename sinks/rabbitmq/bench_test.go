@@ -11,9 +11,10 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/heraldhq/herald/internal/rabbitmqtest"
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
-	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -38,7 +39,7 @@ func BenchmarkEncode(b *testing.B) {
 		{"cloudevents-structured", Config{Format: FormatCloudEvents, CloudEvents: cloudevents.Config{Mode: cloudevents.ModeStructured, Source: "/bench"}}},
 	} {
 		b.Run(f.name, func(b *testing.B) {
-			cfg := f.cfg.withDefaults()
+			cfg := f.cfg.WithDefaults()
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := encode(e, cfg); err != nil {
@@ -85,7 +86,7 @@ func BenchmarkPublishBatch1000(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer ch.QueueDelete(queue, false, false, false)
-			s, err := New("bench", Config{URL: sinks.Secret(url)}, slog.New(slog.DiscardHandler))
+			s, err := New("bench", Config{URL: sinkconfig.Secret(url)}, slog.New(slog.DiscardHandler))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
@@ -84,6 +84,14 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			}
 			return s
 		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			s, err := rabbitmq.New("conformance", rabbitmq.Config{URL: secret("amqp://guest:guest@" + sinktest.ClosedAddr(t) + "/"), Format: rabbitmq.FormatCloudEvents,
+				CloudEvents: cloudevents.Config{Mode: mode, Source: "/test"}}, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			var out []sinktest.Received
 			for _, d := range b.messages(t, destination) {
@@ -95,12 +103,16 @@ func cloudEventsConformance(t *testing.T, mode cloudevents.Mode) {
 			}
 			return out
 		},
-		// No queue is bound to this routing key: the broker returns it.
+		// A routing key over AMQP's 255 bytes: refused before sending.
 		Refused: func(destination, key string) sinks.Event {
+			return sinktest.Event(destination+"."+strings.Repeat("x", 256), key, []byte(`{"refused":true}`))
+		},
+		// No queue is bound to this routing key: the broker returns it.
+		RefusedByPeer: func(t *testing.T, destination, key string) sinks.Event {
 			return sinktest.Event(destination+".unbound", key, []byte(`{"refused":true}`))
 		},
 		// x-tenant, the suite's event header, is no valid extension name.
-		Features: sinktest.Features{Binary: true, Keys: true},
+		Features: sinktest.Features{Binary: true, Keys: true, ReportsEarly: true},
 	})
 }
 

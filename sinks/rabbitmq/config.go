@@ -1,13 +1,14 @@
 package rabbitmq
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
 	"time"
 
-	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Format is how an event becomes a message.
@@ -45,7 +46,7 @@ type Config struct {
 	// URL is the broker's AMQP URI, amqp://user:password@host:5672/vhost or
 	// amqps:// for TLS. It is a secret (it usually holds the password): it
 	// is redacted wherever it is printed. Required.
-	URL sinks.Secret `yaml:"url"`
+	URL sinkconfig.Secret `yaml:"url"`
 	// Exchange names the exchange each event is published to; the route's
 	// destination is the routing key. It is a template in the language of
 	// the route's destination (text/template over .ID, .Topic, .Key and
@@ -61,7 +62,7 @@ type Config struct {
 	// message silently and the event counts as delivered. Defaults to true.
 	Mandatory *bool `yaml:"mandatory"`
 	// TLS configures TLS. An amqps:// URL turns TLS on by itself.
-	TLS sinks.TLSConfig `yaml:"tls"`
+	TLS sinkconfig.TLSConfig `yaml:"tls"`
 	// ConfirmTimeout bounds the wait for each publisher confirm, on top of
 	// the deadline of the Publish context. Defaults to 5s.
 	ConfirmTimeout time.Duration `yaml:"confirm_timeout"`
@@ -89,10 +90,10 @@ func (c Config) Validate() error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("url: %q is not an AMQP URI such as amqp://user:password@host:5672/", sinks.RedactURL(raw))
+		return fmt.Errorf("url: %q is not an AMQP URI such as amqp://user:password@host:5672/", sinkconfig.RedactURL(raw))
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		return fmt.Errorf("url: %q: the scheme must be amqp or amqps", sinks.RedactURL(raw))
+		return fmt.Errorf("url: %q: the scheme must be amqp or amqps", sinkconfig.RedactURL(raw))
 	}
 	if _, err := parseExchange(c.Exchange); err != nil {
 		return err
@@ -115,20 +116,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// withDefaults returns c with the defaults of unset fields filled in.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with the defaults of unset fields filled in.
+func (c Config) WithDefaults() Config {
 	if c.Mandatory == nil {
 		on := true
 		c.Mandatory = &on
 	}
-	if c.ConfirmTimeout == 0 {
-		c.ConfirmTimeout = DefaultConfirmTimeout
-	}
-	if c.MaxPending == 0 {
-		c.MaxPending = DefaultMaxPending
-	}
-	if c.MaxMessageSize == 0 {
-		c.MaxMessageSize = DefaultMaxMessageSize
-	}
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, DefaultConfirmTimeout)
+	c.MaxPending = cmp.Or(c.MaxPending, DefaultMaxPending)
+	c.MaxMessageSize = cmp.Or(c.MaxMessageSize, DefaultMaxMessageSize)
 	return c
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -28,7 +28,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative confirm_timeout", func(c *rabbitmq.Config) { c.ConfirmTimeout = -time.Second }, "confirm_timeout:"},
 		{"negative max_pending", func(c *rabbitmq.Config) { c.MaxPending = -1 }, "max_pending:"},
 		{"negative max_message_size", func(c *rabbitmq.Config) { c.MaxMessageSize = -1 }, "max_message_size:"},
-		{"missing CA file", func(c *rabbitmq.Config) { c.TLS = sinks.TLSConfig{CAFile: "/nonexistent/ca.pem"} }, "tls.ca_file:"},
+		{"missing CA file", func(c *rabbitmq.Config) { c.TLS = sinkconfig.TLSConfig{CAFile: "/nonexistent/ca.pem"} }, "tls.ca_file:"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
 )
 
 // Header names the sink sets on every message, next to the event's own
@@ -41,7 +41,7 @@ func encode(e sinks.Event, cfg Config) (amqp.Publishing, error) {
 		return amqp.Publishing{}, err
 	}
 	if len(msg.Body) > cfg.MaxMessageSize {
-		return amqp.Publishing{}, fmt.Errorf("max_message_size: %w", sinks.TooLarge(e, len(msg.Body), cfg.MaxMessageSize))
+		return amqp.Publishing{}, fmt.Errorf("max_message_size: %w", sinks.TooLarge(len(msg.Body), cfg.MaxMessageSize))
 	}
 	// Properties of every format: message_id is the consumers' dedupe key,
 	// and persistence is what a publisher confirm is worth.

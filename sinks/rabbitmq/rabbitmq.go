@@ -38,8 +38,10 @@
 //
 // Publish sends the whole batch on one channel in confirm mode (a channel
 // per concurrent call, kept open for later calls), at most
-// max_pending unconfirmed at a time, then waits for every confirm (each
-// bounded by confirm_timeout and by the context). An event is reported
+// max_pending unconfirmed at a time, and records each event's result as its
+// confirm arrives (each bounded by confirm_timeout and by the context),
+// reporting it at once to a caller that asked (sinks.WithResultFunc). An
+// event is reported
 // delivered only when the broker acknowledged it: for a persistent message
 // to a durable queue, once the queue has written it to disk. With mandatory
 // (the default) the broker returns a message no queue is bound to receive
@@ -51,11 +53,13 @@
 // One channel carries a call's messages, in slice order, and Publish
 // returns only when the batch is confirmed, so the events of one key reach
 // a queue in order within and across calls (the relay never publishes one
-// key in two calls at once). Once an event of key K fails before it
-// is sent, the later events of K in the call are not sent (sinks.ErrSkipped).
-// An event that fails after it was sent (returned, refused) leaves the later
-// events of K as they went: the relay holds them back behind the failed one
-// and sends them again, and consumers drop the copies by message_id.
+// key in two calls at once). Once an event of key K failed (before it was
+// sent, or by a confirm that arrived before the later ones were sent), the
+// later events of K in the call not sent yet are not sent
+// (sinks.ErrSkipped). An event that fails after the later events of K were
+// sent (returned, refused) leaves them as they went: the relay holds them
+// back behind the failed one and sends them again, and consumers drop the
+// copies by message_id.
 //
 // # Connection
 //
@@ -94,11 +98,13 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // connectTimeout bounds dialling and the AMQP handshake when the caller's
@@ -161,12 +167,9 @@ var (
 // lazily, on the first Check or Publish, so a relay starts while RabbitMQ is
 // down. A nil logger means slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := sinkconfig.Prepare(cfg, logger)
+	if err != nil {
 		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	if logger == nil {
-		logger = slog.Default()
 	}
 	tlsCfg, err := cfg.TLS.Build("tls")
 	if err != nil {
@@ -176,7 +179,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{name: name, cfg: cfg, url: cfg.URL.Reveal(), shown: sinks.RedactURL(cfg.URL.Reveal()), logger: logger, exchange: exchange}
+	s := &Sink{name: name, cfg: cfg, url: cfg.URL.Reveal(), shown: sinkconfig.RedactURL(cfg.URL.Reveal()), logger: logger, exchange: exchange}
 	s.amqpCfg = amqp.Config{
 		TLSClientConfig: tlsCfg,
 		// The connection name shows in the management UI and lets an
@@ -405,48 +408,50 @@ func onChannel(ctx context.Context, conn *amqp.Connection, f func(*amqp.Channel)
 	}
 }
 
-// Publish sends events and returns one result per event; see the package
-// documentation for delivery, order and error classes.
+// Publish sends events and returns one result per event, each recorded as
+// its confirm arrives; see the package documentation for delivery, order
+// and error classes.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	errs := make([]error, len(events))
-	if len(events) == 0 {
-		return errs
-	}
-	b := &batch{sink: s, events: events, errs: errs, failed: map[string]bool{}, returned: map[string]amqp.Return{}}
-	if err := ctx.Err(); err != nil {
-		b.failFrom(0, err)
-		return errs
+	res := sinks.NewResults(ctx, events, nil)
+	if len(events) == 0 || res.Ended() {
+		return res.Errors()
 	}
 	pc, err := s.channel(ctx)
 	if err != nil {
-		b.failFrom(0, err)
-		return errs
+		res.FailRest(err)
+		return res.Errors()
 	}
-	b.pc, b.ch, b.returns = pc, pc.ch, pc.returns
+	b := &batch{sink: s, res: res, events: events, pc: pc, returns: pc.returns,
+		returned: map[string]amqp.Return{}, slots: make(chan struct{}, s.cfg.MaxPending)}
 	b.run(ctx)
-	s.release(pc, b.unsettled)
-	return errs
+	s.release(pc, b.unsettled.Load())
+	return res.Errors()
 }
 
-// batch is one Publish call in progress.
+// batch is one Publish call in progress: run publishes from the calling
+// goroutine while another awaits the confirms, in the order the broker
+// sends them, and settles each event.
 type batch struct {
-	sink     *Sink
-	events   []sinks.Event
-	errs     []error
-	pc       *pubChannel
-	ch       *amqp.Channel
+	sink   *Sink
+	res    *sinks.Results
+	events []sinks.Event
+	pc     *pubChannel
+	render bytes.Buffer // the exchange template's output
+	// slots bounds the unconfirmed messages to max_pending, which the
+	// returns buffer is sized for.
+	slots chan struct{}
+	// unsettled says the channel may still owe confirms or is closed.
+	unsettled atomic.Bool
+
+	// Only the goroutine awaiting confirms uses what follows.
 	returns  <-chan amqp.Return
-	failed   map[string]bool        // keys with a failed event so far
 	returned map[string]amqp.Return // returned messages by message id
-	render   bytes.Buffer           // the exchange template's output
 	// closeErr is the error of the events left unconfirmed once the channel
 	// closed, after the first of them took the close's own error.
 	closeErr error
 	// abandonErr is the error of the events still unconfirmed once the
 	// wait for a confirm timed out or the context ended.
 	abandonErr error
-	// unsettled says the channel may still owe confirms or is closed.
-	unsettled bool
 }
 
 // pending is one published message awaiting its confirm.
@@ -457,57 +462,59 @@ type pending struct {
 }
 
 func (b *batch) run(ctx context.Context) {
-	s := b.sink
-	var window []pending
+	s, res := b.sink, b.res
+	published := make(chan pending, s.cfg.MaxPending)
+	awaited := make(chan struct{})
+	go func() {
+		defer close(awaited)
+		for p := range published {
+			b.await(ctx, p)
+			<-b.slots
+		}
+	}()
+	defer func() {
+		close(published)
+		<-awaited
+	}()
 	for i, e := range b.events {
-		for len(window) >= s.cfg.MaxPending {
-			b.await(ctx, window[0])
-			window = window[1:]
-		}
-		if err := b.stopErr(ctx); err != nil {
-			b.failFrom(i, err)
-			break
-		}
-		if b.blocked(i) {
+		if res.Blocked(i) {
 			continue
 		}
 		exchange, err := s.exchange.render(e, &b.render)
 		if err != nil {
-			b.fail(i, err)
+			res.Fail(i, err)
 			continue
 		}
 		msg, err := encode(e, s.cfg)
 		if err != nil {
-			b.fail(i, err)
+			res.Fail(i, err)
 			continue
 		}
-		dc, err := b.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, e.Destination, *s.cfg.Mandatory, false, msg)
+		select {
+		case b.slots <- struct{}{}:
+		case <-ctx.Done():
+			res.Blocked(i) // records that the call ended
+			continue
+		}
+		// A confirm settled meanwhile may have failed the key or stopped
+		// the call.
+		if res.Blocked(i) {
+			<-b.slots
+			continue
+		}
+		dc, err := b.pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, e.Destination, *s.cfg.Mandatory, false, msg)
 		if err != nil {
 			// A publish fails only when the frame cannot be written: the
 			// channel or connection is gone, for this event and the rest.
-			b.unsettled = true
-			b.failFrom(i, classify(err))
-			break
+			<-b.slots
+			b.unsettled.Store(true)
+			err = classify(err)
+			res.Fail(i, err)
+			res.Stop(err)
+			continue
 		}
-		window = append(window, pending{i, exchange, dc})
+		published <- pending{i, exchange, dc}
 	}
-	for _, p := range window {
-		b.await(ctx, p)
-	}
-}
-
-// stopErr returns why no more events may be sent: the context ended, the
-// channel closed, or a confirm was given up on.
-func (b *batch) stopErr(ctx context.Context) error {
-	switch {
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case b.closeErr != nil:
-		return b.closeErr
-	case b.abandonErr != nil:
-		return b.abandonErr
-	}
-	return nil
 }
 
 // await waits for p's confirm, bounded by confirm_timeout and ctx, reading
@@ -518,7 +525,7 @@ func (b *batch) await(ctx context.Context, p pending) {
 		case <-p.dc.Done():
 			b.settle(p)
 		default:
-			b.fail(p.i, b.abandonErr)
+			b.res.Fail(p.i, b.abandonErr)
 		}
 		return
 	}
@@ -532,16 +539,21 @@ func (b *batch) await(ctx context.Context, p pending) {
 		case <-p.dc.Done():
 			b.settle(p)
 		case <-timer.C:
-			b.unsettled = true
-			b.abandonErr = fmt.Errorf("no confirm within confirm_timeout (%s): the broker may have stored the message", b.sink.cfg.ConfirmTimeout)
-			b.fail(p.i, b.abandonErr)
+			b.abandon(p, fmt.Errorf("no confirm within confirm_timeout (%s): the broker may have stored the message", b.sink.cfg.ConfirmTimeout))
 		case <-ctx.Done():
-			b.unsettled = true
-			b.abandonErr = fmt.Errorf("waiting for the confirm: %w (the broker may have stored the message)", ctx.Err())
-			b.fail(p.i, b.abandonErr)
+			b.abandon(p, fmt.Errorf("waiting for the confirm: %w (the broker may have stored the message)", ctx.Err()))
 		}
 		return
 	}
+}
+
+// abandon gives up waiting for confirms: p and every later message not
+// confirmed yet fail with err, and nothing more is sent.
+func (b *batch) abandon(p pending, err error) {
+	b.unsettled.Store(true)
+	b.abandonErr = err
+	b.res.Stop(err)
+	b.res.Fail(p.i, err)
 }
 
 // noteReturn records a returned message; ok false means the library closed
@@ -570,18 +582,20 @@ func (b *batch) settle(p pending) {
 	e := b.events[p.i]
 	if p.dc.Acked() {
 		if r, ok := b.returned[e.ID]; ok {
-			b.fail(p.i, sinks.Permanent(fmt.Errorf("%w: exchange %q, routing key %q: %d %s (no queue is bound to receive it)",
+			b.res.Fail(p.i, sinks.Permanent(fmt.Errorf("%w: exchange %q, routing key %q: %d %s (no queue is bound to receive it)",
 				ErrReturned, r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText)))
+			return
 		}
+		b.res.Delivered(p.i)
 		return
 	}
-	if !b.ch.IsClosed() {
-		b.fail(p.i, fmt.Errorf("%w: a queue may be full (x-overflow: reject-publish) or the broker failed to store it", ErrNacked))
+	if !b.pc.ch.IsClosed() {
+		b.res.Fail(p.i, fmt.Errorf("%w: a queue may be full (x-overflow: reject-publish) or the broker failed to store it", ErrNacked))
 		return
 	}
-	b.unsettled = true
+	b.unsettled.Store(true)
 	if b.closeErr != nil {
-		b.fail(p.i, b.closeErr)
+		b.res.Fail(p.i, b.closeErr)
 		return
 	}
 	// The broker handles a channel's messages in order and acknowledged
@@ -595,12 +609,13 @@ func (b *batch) settle(p pending) {
 		b.sink.noteMissing(p.exchange)
 	}
 	err := classify(fmt.Errorf("the broker closed the channel on the message to %s: %w", describeExchange(p.exchange), reason))
-	b.fail(p.i, err)
+	b.res.Fail(p.i, err)
 	if sinks.IsUnavailable(err) {
 		b.closeErr = err
 	} else {
 		b.closeErr = fmt.Errorf("not confirmed: the channel closed because of an earlier message (%w)", errors.Unwrap(err))
 	}
+	b.res.Stop(b.closeErr)
 }
 
 // describeExchange names an exchange in an error.
@@ -609,35 +624,6 @@ func describeExchange(exchange string) string {
 		return "the default exchange"
 	}
 	return fmt.Sprintf("exchange %q", exchange)
-}
-
-// fail records err for event i and marks its key failed.
-func (b *batch) fail(i int, err error) {
-	e := b.events[i]
-	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, err)
-	if e.Key != "" {
-		b.failed[e.Key] = true
-	}
-}
-
-// failFrom records err for the events from i on that are not yet sent.
-func (b *batch) failFrom(from int, err error) {
-	for i := from; i < len(b.events); i++ {
-		if b.errs[i] == nil {
-			b.fail(i, err)
-		}
-	}
-}
-
-// blocked reports whether event i must not be sent because an earlier event
-// of its key failed, recording ErrSkipped if so.
-func (b *batch) blocked(i int) bool {
-	e := b.events[i]
-	if e.Key == "" || !b.failed[e.Key] {
-		return false
-	}
-	b.errs[i] = fmt.Errorf("publishing event %s to %s: %w", e.ID, e.Destination, sinks.ErrSkipped)
-	return true
 }
 
 // classify marks err as Unavailable, Permanent or leaves it retryable.

@@ -16,9 +16,10 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/heraldhq/herald/internal/rabbitmqtest"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
-	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -139,7 +140,7 @@ func publishOK(t *testing.T, s sinks.Sink, events ...sinks.Event) {
 	}
 }
 
-func secret(u string) sinks.Secret { return sinks.Secret(u) }
+func secret(u string) sinkconfig.Secret { return sinkconfig.Secret(u) }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
@@ -149,6 +150,13 @@ func TestConformance(t *testing.T) {
 		NewSink: func(t *testing.T, destination string) sinks.Sink {
 			b.queue(t, destination, nil)
 			s, err := rabbitmq.New("conformance", rabbitmq.Config{URL: secret(u)}, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			s, err := rabbitmq.New("conformance", rabbitmq.Config{URL: secret("amqp://guest:guest@" + sinktest.ClosedAddr(t) + "/")}, quiet)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,12 +174,16 @@ func TestConformance(t *testing.T) {
 			}
 			return out
 		},
+		// A routing key over AMQP's 255 bytes: refused before sending.
+		Refused: func(destination, key string) sinks.Event {
+			return sinktest.Event(destination+"."+strings.Repeat("x", 256), key, []byte(`{"refused":true}`))
+		},
 		// The broker itself refuses it: no queue is bound to this routing
 		// key, and mandatory makes the broker return the message.
-		Refused: func(destination, key string) sinks.Event {
+		RefusedByPeer: func(t *testing.T, destination, key string) sinks.Event {
 			return sinktest.Event(destination+".unbound", key, []byte(`{"refused":true}`))
 		},
-		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
+		Features: sinktest.Features{Headers: true, Binary: true, Keys: true, ReportsEarly: true},
 	})
 }
 

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -8,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Defaults of the optional settings.
@@ -28,10 +29,10 @@ type Config struct {
 	URL string `yaml:"url"`
 	// Username and Password authenticate (Redis 6 ACL user, or the
 	// requirepass password with no username). They override those of URL.
-	Username string       `yaml:"username"`
-	Password sinks.Secret `yaml:"password"`
+	Username string            `yaml:"username"`
+	Password sinkconfig.Secret `yaml:"password"`
 	// TLS configures TLS. A rediss:// URL turns TLS on by itself.
-	TLS sinks.TLSConfig `yaml:"tls"`
+	TLS sinkconfig.TLSConfig `yaml:"tls"`
 	// MaxLen caps each stream at about this many entries: every XADD
 	// carries MAXLEN ~ N, so Redis trims whole macro nodes and a stream may
 	// hold somewhat more. Defaults to 0, no cap.
@@ -74,36 +75,32 @@ func (c Config) Validate() error {
 func (c Config) options() (*goredis.Options, error) {
 	u, err := url.Parse(c.URL)
 	if err != nil {
-		return nil, fmt.Errorf("url: %q is not a URL such as redis://host:6379/0", sinks.RedactURL(c.URL))
+		return nil, fmt.Errorf("url: %q is not a URL such as redis://host:6379/0", sinkconfig.RedactURL(c.URL))
 	}
 	switch u.Scheme {
 	case "redis", "rediss":
 		if u.Host == "" {
-			return nil, fmt.Errorf("url: %q names no host", sinks.RedactURL(c.URL))
+			return nil, fmt.Errorf("url: %q names no host", sinkconfig.RedactURL(c.URL))
 		}
 	case "unix":
 		if u.Path == "" {
-			return nil, fmt.Errorf("url: %q names no socket path", sinks.RedactURL(c.URL))
+			return nil, fmt.Errorf("url: %q names no socket path", sinkconfig.RedactURL(c.URL))
 		}
 	default:
-		return nil, fmt.Errorf("url: %q: the scheme must be redis, rediss or unix", sinks.RedactURL(c.URL))
+		return nil, fmt.Errorf("url: %q: the scheme must be redis, rediss or unix", sinkconfig.RedactURL(c.URL))
 	}
 	opts, err := goredis.ParseURL(c.URL)
 	if err != nil {
 		// go-redis' messages name the offending part (db, a query
 		// option), never the password.
-		return nil, fmt.Errorf("url: %q: %w", sinks.RedactURL(c.URL), err)
+		return nil, fmt.Errorf("url: %q: %w", sinkconfig.RedactURL(c.URL), err)
 	}
 	return opts, nil
 }
 
-// withDefaults returns c with the defaults of unset fields filled in.
-func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxPayload == 0 {
-		c.MaxPayload = DefaultMaxPayload
-	}
+// WithDefaults returns c with the defaults of unset fields filled in.
+func (c Config) WithDefaults() Config {
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.MaxPayload = cmp.Or(c.MaxPayload, DefaultMaxPayload)
 	return c
 }

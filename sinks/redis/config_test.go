@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/redis"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -32,7 +32,7 @@ func TestConfigValidate(t *testing.T) {
 		{"max_len", redis.Config{URL: "redis://a:1", MaxLen: -1}, "max_len: -1 must not be negative"},
 		{"max_payload", redis.Config{URL: "redis://a:1", MaxPayload: -1}, "max_payload: -1 must not be negative"},
 		{"timeout", redis.Config{URL: "redis://a:1", Timeout: -time.Second}, "timeout: -1s must not be negative"},
-		{"tls", redis.Config{URL: "redis://a:1", TLS: sinks.TLSConfig{CAFile: "/nonexistent/ca.pem"}}, "tls.ca_file: "},
+		{"tls", redis.Config{URL: "redis://a:1", TLS: sinkconfig.TLSConfig{CAFile: "/nonexistent/ca.pem"}}, "tls.ca_file: "},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/heraldhq/herald/sinks"
@@ -32,10 +33,10 @@ const (
 // permanent error.
 func encode(e sinks.Event, maxPayload int) ([]any, error) {
 	if e.Destination == "" {
-		return nil, sinks.Permanent(fmt.Errorf("event %s: destination is empty: not a stream name", e.ID))
+		return nil, sinks.Permanent(errors.New("destination is empty: not a stream name"))
 	}
 	if len(e.Payload) > maxPayload {
-		return nil, fmt.Errorf("max_payload: %w", sinks.TooLarge(e, len(e.Payload), maxPayload))
+		return nil, fmt.Errorf("max_payload: %w", sinks.TooLarge(len(e.Payload), maxPayload))
 	}
 	headers := []byte("{}")
 	if len(e.Headers) > 0 {

@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // ErrClosed is reported (as Unavailable) by Publish after Close.
@@ -70,16 +69,11 @@ func classify(err error) error {
 		}
 		return fmt.Errorf("%w (no reply in time: the entry may have been added)", err)
 	}
-	var certErr *tls.CertificateVerificationError
-	var unknownAuth x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	var recordErr tls.RecordHeaderError
 	switch {
 	case errors.Is(err, goredis.ErrClosed), errors.Is(err, ErrClosed),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr), errors.As(err, &recordErr),
-		errors.As(err, &netErr):
+		sinkconfig.IsTLSError(err), errors.As(err, &netErr):
 		return sinks.Unavailable(err)
 	}
 	return err

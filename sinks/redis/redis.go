@@ -60,6 +60,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -67,6 +68,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Sink appends events to Redis streams. Create it with New.
@@ -92,12 +94,9 @@ var (
 // CLIENT LIST shows the sink's connections. A nil logger means
 // slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := sinkconfig.Prepare(cfg, logger)
+	if err != nil {
 		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	if logger == nil {
-		logger = slog.Default()
 	}
 	opts, err := cfg.options()
 	if err != nil {
@@ -133,7 +132,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	opts.MaxRetries = -1
 	opts.DisableIdentity = true
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	s := &Sink{name: name, cfg: cfg, shown: sinks.RedactURL(cfg.URL), client: goredis.NewClient(opts), logger: logger}
+	s := &Sink{name: name, cfg: cfg, shown: sinkconfig.RedactURL(cfg.URL), client: goredis.NewClient(opts), logger: logger}
 	return s, nil
 }
 
@@ -238,54 +237,38 @@ func (s *Sink) CheckDestinations(ctx context.Context, streams ...string) error {
 // result per event; see the package documentation for delivery, order and
 // error classes.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	errs := make([]error, len(events))
-	if len(events) == 0 {
-		return errs
-	}
-	fail := func(i int, err error) {
-		errs[i] = fmt.Errorf("publishing event %s to stream %q: %w", events[i].ID, events[i].Destination, err)
+	res := sinks.NewResults(ctx, events, stream)
+	if len(events) == 0 || res.Ended() {
+		return res.Errors()
 	}
 	if s.isClosed() {
-		for i := range events {
-			fail(i, sinks.Unavailable(ErrClosed))
-		}
-		return errs
-	}
-	if err := ctx.Err(); err != nil {
-		for i := range events {
-			fail(i, err)
-		}
-		return errs
+		res.FailRest(sinks.Unavailable(ErrClosed))
+		return res.Errors()
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 
 	pipe := s.client.Pipeline()
 	cmds := make([]*goredis.StringCmd, len(events))
-	failedKeys := map[string]bool{}
 	for i, e := range events {
-		if e.Key != "" && failedKeys[e.Key] {
-			fail(i, sinks.ErrSkipped)
+		if res.Blocked(i) {
 			continue
 		}
 		values, err := encode(e, s.cfg.MaxPayload)
 		if err != nil {
-			fail(i, err)
-			if e.Key != "" {
-				failedKeys[e.Key] = true
-			}
+			res.Fail(i, err)
 			continue
 		}
 		cmds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{Stream: e.Destination, MaxLen: s.cfg.MaxLen, Approx: s.cfg.MaxLen > 0, Values: values})
 	}
 	if pipe.Len() == 0 {
-		return errs
+		return res.Errors()
 	}
 	// Each command holds its own reply or error, which is what the results
 	// report. A failure before any command ran (dial, authentication) is
 	// only Exec's: a command with neither error nor entry id gets it.
 	_, execErr := pipe.Exec(ctx)
-	lost := false
+	var lost error
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
@@ -298,26 +281,23 @@ func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 			}
 		}
 		if err == nil {
+			res.Delivered(i)
 			continue
 		}
 		err = classify(err)
-		lost = lost || sinks.IsUnavailable(err)
-		fail(i, err)
+		if lost == nil && sinks.IsUnavailable(err) {
+			lost = err
+		}
+		res.Fail(i, err)
 	}
-	if lost {
-		s.logger.WarnContext(ctx, "redis sink: server unavailable", "sink", s.name, "server", s.shown, "error", firstErr(errs))
+	if lost != nil {
+		s.logger.WarnContext(ctx, "redis sink: server unavailable", "sink", s.name, "server", s.shown, "error", lost)
 	}
-	return errs
+	return res.Errors()
 }
 
-func firstErr(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// stream names an event's stream in errors.
+func stream(e *sinks.Event) string { return "stream " + strconv.Quote(e.Destination) }
 
 // Close closes the sink's connections; nothing is buffered between calls.
 // Publish fails with ErrClosed (Unavailable) afterwards. Close is

@@ -18,9 +18,10 @@ import (
 	"github.com/google/uuid"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/redis"
-	"github.com/heraldhq/herald/sinks/redis/redistest"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -85,19 +86,13 @@ func ids(msgs []goredis.XMessage) []string {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var mu sync.Mutex
-	var wrongType []string // keys made to refuse events, deleted at the end
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(wrongType) > 0 {
-			b.admin.Del(context.Background(), wrongType...)
-		}
-	})
 	sinktest.Run(t, sinktest.Harness{
 		NewSink: func(t *testing.T, destination string) sinks.Sink {
 			t.Cleanup(func() { b.admin.Del(context.Background(), destination) })
 			return open(t, redis.Config{URL: b.url})
+		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			return open(t, redis.Config{URL: "redis://" + sinktest.ClosedAddr(t)})
 		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			var out []sinktest.Received
@@ -112,19 +107,21 @@ func TestConformance(t *testing.T) {
 			}
 			return out
 		},
+		// No stream name: refused before sending.
+		Refused: func(destination, key string) sinks.Event {
+			return sinktest.Event("", key, []byte(`{"refused":true}`))
+		},
 		// The server refuses the event: its stream is a key of another
 		// type (WRONGTYPE), answered inside the batch's pipeline.
-		Refused: func(destination, key string) sinks.Event {
+		RefusedByPeer: func(t *testing.T, destination, key string) sinks.Event {
 			wrong := destination + ":string"
 			if err := b.admin.Set(context.Background(), wrong, "not a stream", 0).Err(); err != nil {
-				panic(err)
+				t.Fatal(err)
 			}
-			mu.Lock()
-			wrongType = append(wrongType, wrong)
-			mu.Unlock()
+			t.Cleanup(func() { b.admin.Del(context.Background(), wrong) })
 			return sinktest.Event(wrong, key, []byte(`{"refused":true}`))
 		},
-		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
+		Features: sinktest.Features{Headers: true, Binary: true, Keys: true, ReportsEarly: true},
 		Timeout:  30 * time.Second,
 	})
 }
@@ -583,7 +580,7 @@ func TestTLSToPlainServerIsUnavailable(t *testing.T) {
 	b := setup(t)
 	rediss := strings.Replace(b.url, "redis://", "rediss://", 1)
 	for _, cfg := range []redis.Config{
-		{URL: b.url, TLS: sinks.TLSConfig{Enabled: true}, Timeout: 2 * time.Second},
+		{URL: b.url, TLS: sinkconfig.TLSConfig{Enabled: true}, Timeout: 2 * time.Second},
 		{URL: rediss, Timeout: 2 * time.Second},
 	} {
 		s := open(t, cfg)

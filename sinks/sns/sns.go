@@ -46,18 +46,17 @@ package sns
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 
+	"github.com/heraldhq/herald/internal/awssink"
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/internal/awssink"
 )
 
 // Connection is the AWS connection part of Config: region, endpoint,
@@ -71,85 +70,47 @@ type Config struct {
 	Connection `yaml:",inline"`
 }
 
-// Sink publishes events to SNS topics. Create it with New.
+// Sink publishes events to SNS topics. Create it with New. It implements
+// sinks.ConcurrentPublisher and sinks.DestinationChecker: Check lists one
+// page of topics, which needs the endpoint to answer and the credentials
+// to be accepted; CheckDestinations checks that each destination is the
+// ARN of a topic whose attributes are readable.
 type Sink struct {
-	name   string
-	cfg    Config
-	client *awssns.Client
-	logger *slog.Logger
-
-	mu     sync.Mutex // guards closed
-	closed bool
+	*awssink.Sink
 }
-
-var (
-	_ sinks.DestinationChecker  = (*Sink)(nil)
-	_ sinks.ConcurrentPublisher = (*Sink)(nil)
-)
 
 // New validates cfg, fills its defaults and returns the sink. It connects
 // lazily (Check or the first Publish). A nil logger means slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	s, err := awssink.New("sns", name, cfg.Connection, logger, func(c aws.Config) awssink.Service {
+		return &topics{client: awssns.NewFromConfig(c)}
+	})
+	if err != nil {
 		return nil, err
 	}
-	cfg.Connection = cfg.WithDefaults()
-	if logger == nil {
-		logger = slog.Default()
-	}
-	awsCfg, err := cfg.Load(context.Background())
-	if err != nil {
-		return nil, fmt.Errorf("sink %s: %w", name, err)
-	}
-	return &Sink{name: name, cfg: cfg, client: awssns.NewFromConfig(awsCfg), logger: logger}, nil
+	return &Sink{s}, nil
 }
 
-// Name returns the sink's name.
-func (s *Sink) Name() string { return s.name }
-
-// PublishesConcurrently implements sinks.ConcurrentPublisher: the client
-// runs each request on a connection of its own.
-func (s *Sink) PublishesConcurrently() bool { return true }
-
-func (s *Sink) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+// topics is the sink's awssink.Service.
+type topics struct {
+	client *awssns.Client
 }
 
-// Check implements sinks.Checker: it lists one page of topics, which needs
-// the endpoint to answer and the credentials to be accepted.
-func (s *Sink) Check(ctx context.Context) error {
-	if s.isClosed() {
-		return sinks.Unavailable(awssink.ErrClosed)
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	if _, err := s.client.ListTopics(ctx, &awssns.ListTopicsInput{}); err != nil {
-		return awssink.CheckError(fmt.Errorf("sink %s: listing topics at %s: %w", s.name, s.cfg.Shown(), err))
+func (t *topics) Describe(arn string) string { return "topic " + strconv.Quote(arn) }
+
+func (t *topics) Ping(ctx context.Context) error {
+	if _, err := t.client.ListTopics(ctx, &awssns.ListTopicsInput{}); err != nil {
+		return fmt.Errorf("listing topics: %w", err)
 	}
 	return nil
 }
 
-// CheckDestinations implements sinks.DestinationChecker: each destination
-// must be the ARN of a topic whose attributes are readable.
-func (s *Sink) CheckDestinations(ctx context.Context, topics ...string) error {
-	if err := s.Check(ctx); err != nil {
+func (t *topics) CheckDestination(ctx context.Context, arn string) error {
+	if err := checkARN(arn); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	var errs []error
-	for _, arn := range topics {
-		if err := checkARN(arn); err != nil {
-			errs = append(errs, fmt.Errorf("sink %s: %w", s.name, err))
-			continue
-		}
-		if _, err := s.client.GetTopicAttributes(ctx, &awssns.GetTopicAttributesInput{TopicArn: aws.String(arn)}); err != nil {
-			errs = append(errs, awssink.CheckError(fmt.Errorf("sink %s: topic %q: %w", s.name, arn, err)))
-		}
-	}
-	return errors.Join(errs...)
+	_, err := t.client.GetTopicAttributes(ctx, &awssns.GetTopicAttributesInput{TopicArn: aws.String(arn)})
+	return err
 }
 
 // checkARN refuses a destination that is not an SNS topic ARN.
@@ -161,69 +122,37 @@ func checkARN(destination string) error {
 	return nil
 }
 
-// Publish sends events in batches of ten and returns one result per event;
-// see the package documentation for messages, order and error classes.
-func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	if s.isClosed() {
-		return sinks.Fill(len(events), sinks.Unavailable(awssink.ErrClosed))
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	errs := awssink.Publish(ctx, events, s.send, s.cfg.MaxInFlight)
-	for _, err := range errs {
-		if sinks.IsUnavailable(err) {
-			s.logger.WarnContext(ctx, "sns sink: unavailable", "sink", s.name, "endpoint", s.cfg.Shown(), "error", err)
-			break
-		}
-	}
-	return errs
-}
-
-// send is awssink.SendFunc for one PublishBatch request.
-func (s *Sink) send(ctx context.Context, arn string, entries []awssink.Entry) ([]error, error) {
+// Send sends one PublishBatch request.
+func (t *topics) Send(ctx context.Context, arn string, entries []awssink.Entry) ([]error, error) {
 	if err := checkARN(arn); err != nil {
 		return nil, err
 	}
 	fifo := strings.HasSuffix(arn, ".fifo")
 	in := &awssns.PublishBatchInput{TopicArn: aws.String(arn), PublishBatchRequestEntries: make([]types.PublishBatchRequestEntry, len(entries))}
 	for j, en := range entries {
-		attrs := make(map[string]types.MessageAttributeValue, len(en.Message.Attributes))
-		for k, v := range en.Message.Attributes {
-			attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
-		}
-		entry := types.PublishBatchRequestEntry{Id: aws.String(awssink.EntryID(j)), Message: aws.String(en.Message.Body), MessageAttributes: attrs}
+		entry := types.PublishBatchRequestEntry{Id: aws.String(awssink.EntryID(j)), Message: aws.String(en.Message.Body),
+			MessageAttributes: awssink.Attributes(en.Message, attribute)}
 		if fifo {
 			entry.MessageGroupId = aws.String(awssink.GroupID(en.Event))
 			entry.MessageDeduplicationId = aws.String(en.Event.ID)
 		}
 		in.PublishBatchRequestEntries[j] = entry
 	}
-	out, err := s.client.PublishBatch(ctx, in)
+	out, err := t.client.PublishBatch(ctx, in)
 	if err != nil {
-		return nil, fmt.Errorf("topic %q: %w", arn, err)
+		return nil, err
 	}
-	accepted := make([]string, len(out.Successful))
+	answer := awssink.Answer{Accepted: make([]string, len(out.Successful)), Failed: make([]awssink.Failure, len(out.Failed))}
 	for i, ok := range out.Successful {
-		accepted[i] = aws.ToString(ok.Id)
+		answer.Accepted[i] = aws.ToString(ok.Id)
 	}
-	failed := make([]awssink.Failure, len(out.Failed))
 	for i, f := range out.Failed {
-		failed[i] = awssink.Failure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		answer.Failed[i] = awssink.Failure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
 	}
-	results := awssink.Results(len(entries), accepted, failed)
-	for j, err := range results {
-		if err != nil {
-			results[j] = fmt.Errorf("topic %q: %w", arn, err)
-		}
-	}
-	return results, nil
+	return answer.Results(len(entries)), nil
 }
 
-// Close marks the sink closed; nothing is buffered between calls. Publish
-// fails with Unavailable afterwards. Close is idempotent.
-func (s *Sink) Close(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	return nil
+// attribute is a message attribute's value as SNS takes it.
+func attribute(v string) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 }

@@ -14,9 +14,9 @@ import (
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/heraldhq/herald/internal/awssink"
+	"github.com/heraldhq/herald/internal/awstest"
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/awstest"
-	"github.com/heraldhq/herald/sinks/internal/awssink"
 	"github.com/heraldhq/herald/sinks/sinktest"
 	"github.com/heraldhq/herald/sinks/sns"
 )
@@ -117,6 +117,9 @@ func TestConformance(t *testing.T) {
 			mu.Unlock()
 			return routed{Sink: open(t, config(b.endpoint)), arn: arn}
 		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			return routed{Sink: open(t, config("http://"+sinktest.ClosedAddr(t))), arn: "arn:aws:sns:" + awstest.Region + ":123456789012:unreachable.fifo"}
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			mu.Lock()
 			url := urls[destination]
@@ -140,7 +143,7 @@ func TestConformance(t *testing.T) {
 		Refused: func(destination, key string) sinks.Event {
 			return sinktest.Oversized(destination, key, awssink.MaxMessageSize+1)
 		},
-		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
+		Features: sinktest.Features{Headers: true, Binary: true, Keys: true, ReportsEarly: true},
 		Timeout:  60 * time.Second,
 	})
 }

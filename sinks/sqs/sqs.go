@@ -51,9 +51,9 @@ package sqs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -61,8 +61,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/internal/awssink"
+	"github.com/heraldhq/herald/internal/awssink"
 )
 
 // Connection is the AWS connection part of Config: region, endpoint,
@@ -76,170 +75,101 @@ type Config struct {
 	Connection `yaml:",inline"`
 }
 
-// Sink sends events to SQS queues. Create it with New.
+// Sink sends events to SQS queues. Create it with New. It implements
+// sinks.ConcurrentPublisher and sinks.DestinationChecker: Check lists one
+// queue, which needs the endpoint to answer and the credentials to be
+// accepted; CheckDestinations checks that each queue exists and that its
+// attributes are readable.
 type Sink struct {
-	name   string
-	cfg    Config
-	client *awssqs.Client
-	logger *slog.Logger
-	urls   sync.Map // queue name → URL
-
-	mu     sync.Mutex // guards closed
-	closed bool
+	*awssink.Sink
 }
-
-var (
-	_ sinks.DestinationChecker  = (*Sink)(nil)
-	_ sinks.ConcurrentPublisher = (*Sink)(nil)
-)
 
 // New validates cfg, fills its defaults and returns the sink. It connects
 // lazily (Check or the first Publish). A nil logger means slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	s, err := awssink.New("sqs", name, cfg.Connection, logger, func(c aws.Config) awssink.Service {
+		return &queues{client: awssqs.NewFromConfig(c)}
+	})
+	if err != nil {
 		return nil, err
 	}
-	cfg.Connection = cfg.WithDefaults()
-	if logger == nil {
-		logger = slog.Default()
-	}
-	awsCfg, err := cfg.Load(context.Background())
-	if err != nil {
-		return nil, fmt.Errorf("sink %s: %w", name, err)
-	}
-	return &Sink{name: name, cfg: cfg, client: awssqs.NewFromConfig(awsCfg), logger: logger}, nil
+	return &Sink{s}, nil
 }
 
-// Name returns the sink's name.
-func (s *Sink) Name() string { return s.name }
-
-// PublishesConcurrently implements sinks.ConcurrentPublisher: the client
-// runs each request on a connection of its own.
-func (s *Sink) PublishesConcurrently() bool { return true }
-
-func (s *Sink) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+// queues is the sink's awssink.Service.
+type queues struct {
+	client *awssqs.Client
+	urls   sync.Map // queue name → URL
 }
 
-// Check implements sinks.Checker: it lists at most one queue, which needs
-// the endpoint to answer and the credentials to be accepted.
-func (s *Sink) Check(ctx context.Context) error {
-	if s.isClosed() {
-		return sinks.Unavailable(awssink.ErrClosed)
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	if _, err := s.client.ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1)}); err != nil {
-		return awssink.CheckError(fmt.Errorf("sink %s: listing queues at %s: %w", s.name, s.cfg.Shown(), err))
+func (q *queues) Describe(queue string) string { return "queue " + strconv.Quote(queue) }
+
+func (q *queues) Ping(ctx context.Context) error {
+	if _, err := q.client.ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1)}); err != nil {
+		return fmt.Errorf("listing queues: %w", err)
 	}
 	return nil
 }
 
-// CheckDestinations implements sinks.DestinationChecker: each queue must
-// exist and its attributes be readable.
-func (s *Sink) CheckDestinations(ctx context.Context, queues ...string) error {
-	if err := s.Check(ctx); err != nil {
+func (q *queues) CheckDestination(ctx context.Context, queue string) error {
+	url, err := q.url(ctx, queue)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	var errs []error
-	for _, q := range queues {
-		url, err := s.queueURL(ctx, q)
-		if err == nil {
-			_, err = s.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
-				QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-		}
-		if err != nil {
-			errs = append(errs, awssink.CheckError(fmt.Errorf("sink %s: queue %q: %w", s.name, q, err)))
-		}
-	}
-	return errors.Join(errs...)
+	_, err = q.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	return err
 }
 
-// queueURL returns the URL of queue, a URL already or a name resolved once.
-func (s *Sink) queueURL(ctx context.Context, queue string) (string, error) {
+// url returns the URL of queue, a URL already or a name resolved once.
+func (q *queues) url(ctx context.Context, queue string) (string, error) {
 	if strings.HasPrefix(queue, "https://") || strings.HasPrefix(queue, "http://") {
 		return queue, nil
 	}
-	if url, ok := s.urls.Load(queue); ok {
+	if url, ok := q.urls.Load(queue); ok {
 		return url.(string), nil
 	}
-	out, err := s.client.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(queue)})
+	out, err := q.client.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(queue)})
 	if err != nil {
 		return "", fmt.Errorf("resolving the queue's URL: %w", err)
 	}
 	url := aws.ToString(out.QueueUrl)
-	s.urls.Store(queue, url)
+	q.urls.Store(queue, url)
 	return url, nil
 }
 
-// Publish sends events in batches of ten and returns one result per event;
-// see the package documentation for messages, order and error classes.
-func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	if s.isClosed() {
-		return sinks.Fill(len(events), sinks.Unavailable(awssink.ErrClosed))
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	errs := awssink.Publish(ctx, events, s.send, s.cfg.MaxInFlight)
-	for _, err := range errs {
-		if sinks.IsUnavailable(err) {
-			s.logger.WarnContext(ctx, "sqs sink: unavailable", "sink", s.name, "endpoint", s.cfg.Shown(), "error", err)
-			break
-		}
-	}
-	return errs
-}
-
-// send is awssink.SendFunc for one SendMessageBatch request.
-func (s *Sink) send(ctx context.Context, queue string, entries []awssink.Entry) ([]error, error) {
-	url, err := s.queueURL(ctx, queue)
+// Send sends one SendMessageBatch request.
+func (q *queues) Send(ctx context.Context, queue string, entries []awssink.Entry) ([]error, error) {
+	url, err := q.url(ctx, queue)
 	if err != nil {
-		return nil, fmt.Errorf("queue %q: %w", queue, err)
+		return nil, err
 	}
 	fifo := strings.HasSuffix(queue, ".fifo")
 	in := &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: make([]types.SendMessageBatchRequestEntry, len(entries))}
 	for j, en := range entries {
-		attrs := make(map[string]types.MessageAttributeValue, len(en.Message.Attributes))
-		for k, v := range en.Message.Attributes {
-			attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
-		}
-		entry := types.SendMessageBatchRequestEntry{Id: aws.String(awssink.EntryID(j)), MessageBody: aws.String(en.Message.Body), MessageAttributes: attrs}
+		entry := types.SendMessageBatchRequestEntry{Id: aws.String(awssink.EntryID(j)), MessageBody: aws.String(en.Message.Body),
+			MessageAttributes: awssink.Attributes(en.Message, attribute)}
 		if fifo {
 			entry.MessageGroupId = aws.String(awssink.GroupID(en.Event))
 			entry.MessageDeduplicationId = aws.String(en.Event.ID)
 		}
 		in.Entries[j] = entry
 	}
-	out, err := s.client.SendMessageBatch(ctx, in)
+	out, err := q.client.SendMessageBatch(ctx, in)
 	if err != nil {
-		return nil, fmt.Errorf("queue %q: %w", queue, err)
+		return nil, err
 	}
-	accepted := make([]string, len(out.Successful))
+	answer := awssink.Answer{Accepted: make([]string, len(out.Successful)), Failed: make([]awssink.Failure, len(out.Failed))}
 	for i, ok := range out.Successful {
-		accepted[i] = aws.ToString(ok.Id)
+		answer.Accepted[i] = aws.ToString(ok.Id)
 	}
-	failed := make([]awssink.Failure, len(out.Failed))
 	for i, f := range out.Failed {
-		failed[i] = awssink.Failure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		answer.Failed[i] = awssink.Failure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
 	}
-	results := awssink.Results(len(entries), accepted, failed)
-	for j, err := range results {
-		if err != nil {
-			results[j] = fmt.Errorf("queue %q: %w", queue, err)
-		}
-	}
-	return results, nil
+	return answer.Results(len(entries)), nil
 }
 
-// Close marks the sink closed; nothing is buffered between calls. Publish
-// fails with Unavailable afterwards. Close is idempotent.
-func (s *Sink) Close(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	return nil
+// attribute is a message attribute's value as SQS takes it.
+func attribute(v string) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 }

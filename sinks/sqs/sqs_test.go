@@ -14,9 +14,10 @@ import (
 
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/heraldhq/herald/internal/awssink"
+	"github.com/heraldhq/herald/internal/awstest"
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/awstest"
-	"github.com/heraldhq/herald/sinks/internal/awssink"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 	"github.com/heraldhq/herald/sinks/sqs"
 )
@@ -116,6 +117,9 @@ func TestConformance(t *testing.T) {
 			mu.Unlock()
 			return routed{Sink: open(t, config(b.endpoint)), queue: name}
 		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			return routed{Sink: open(t, config("http://"+sinktest.ClosedAddr(t))), queue: "unreachable.fifo"}
+		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			mu.Lock()
 			url := urls[destination]
@@ -131,7 +135,7 @@ func TestConformance(t *testing.T) {
 		Refused: func(destination, key string) sinks.Event {
 			return sinktest.Oversized(destination, key, 2000)
 		},
-		Features: sinktest.Features{Headers: true, Binary: true, Keys: true},
+		Features: sinktest.Features{Headers: true, Binary: true, Keys: true, ReportsEarly: true},
 		Timeout:  60 * time.Second,
 	})
 }
@@ -424,7 +428,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", AccessKeyID: "AKIA"}}, "access_key_id and secret_access_key"},
 		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", SessionToken: "t"}}, "session_token: "},
 		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", Timeout: -time.Second}}, "timeout: -1s must not be negative"},
-		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", TLS: sinks.TLSConfig{CAFile: "/nonexistent.pem"}}}, "tls.ca_file: "},
+		{sqs.Config{Connection: sqs.Connection{Region: "eu-west-1", TLS: sinkconfig.TLSConfig{CAFile: "/nonexistent.pem"}}}, "tls.ca_file: "},
 	} {
 		err := c.cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {

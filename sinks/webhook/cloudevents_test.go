@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -215,7 +216,7 @@ func TestCloudEventsConfig(t *testing.T) {
 		{Config{URL: "http://x", Format: FormatCloudEvents, CloudEvents: cloudevents.Config{Source: "/s", Mode: "json"}}, `cloudevents.mode: "json" must be binary or structured`},
 		{Config{URL: "http://x", CloudEvents: cloudevents.Config{Source: "/s"}}, `cloudevents: set, but format is "envelope"`},
 		{Config{URL: "http://x", Format: FormatCloudEvents, CloudEvents: cloudevents.Config{Source: "/s"},
-			Headers: map[string]sinks.Secret{"Ce-Source": "x"}}, "headers.Ce-Source: ce- headers carry CloudEvents attributes"},
+			Headers: map[string]sinkconfig.Secret{"Ce-Source": "x"}}, "headers.Ce-Source: ce- headers carry CloudEvents attributes"},
 	} {
 		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: Validate() = %v, want %q", tc.cfg, err, tc.want)

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -8,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Format is how an event becomes a request body.
@@ -47,10 +48,10 @@ type Config struct {
 	// Secret signs requests per the Standard Webhooks specification: it is
 	// "whsec_" followed by the base64 of the key bytes. Optional; without any
 	// secret, requests carry no webhook-signature header.
-	Secret sinks.Secret `yaml:"secret"`
+	Secret sinkconfig.Secret `yaml:"secret"`
 	// Secrets are more signing secrets, for rotation: every request carries
 	// one signature per secret (Secret first, then Secrets in order).
-	Secrets []sinks.Secret `yaml:"secrets"`
+	Secrets []sinkconfig.Secret `yaml:"secrets"`
 	// Format is envelope, raw or cloudevents. Defaults to envelope.
 	Format Format `yaml:"format"`
 	// CloudEvents sets the CloudEvents source and content mode; source is
@@ -67,10 +68,10 @@ type Config struct {
 	// token, a tenant id). Values are secrets: they never print. Headers the
 	// sink sets itself (Content-Type, User-Agent, the webhook-* and trace
 	// headers…) are refused.
-	Headers map[string]sinks.Secret `yaml:"headers"`
+	Headers map[string]sinkconfig.Secret `yaml:"headers"`
 	// TLS configures https endpoints: extra roots, a client certificate.
 	// Certificates are always verified unless tls.insecure_skip_verify.
-	TLS sinks.TLSConfig `yaml:"tls"`
+	TLS sinkconfig.TLSConfig `yaml:"tls"`
 	// FollowRedirects follows 307 and 308 redirects (which keep the method
 	// and body) within the endpoint's origin (scheme, host and port), up to
 	// 10 of them. Other redirects, redirects to another origin (which would
@@ -91,6 +92,15 @@ type Config struct {
 // reservedHeaders are set by the sink and cannot be configured in Headers.
 var reservedHeaders = []string{"Content-Type", "Content-Length", "Host", "Transfer-Encoding", "Connection", "User-Agent",
 	"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature", "Traceparent", "Tracestate"}
+
+// WithDefaults returns c with the defaults of unset fields filled in.
+func (c Config) WithDefaults() Config {
+	c.Format = cmp.Or(c.Format, FormatEnvelope)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	return c
+}
 
 // Validate checks the configuration; errors name the offending key. It never
 // prints a secret.
@@ -207,7 +217,7 @@ func (c Config) keys() ([][]byte, error) {
 
 // decodeSecret returns the key bytes of a "whsec_<base64>" secret. Its
 // errors never include the secret.
-func decodeSecret(s sinks.Secret) ([]byte, error) {
+func decodeSecret(s sinkconfig.Secret) ([]byte, error) {
 	v, ok := strings.CutPrefix(s.Reveal(), secretPrefix)
 	if !ok {
 		return nil, errors.New(`must start with "whsec_"`)

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
 // A consumer checks each request with Verify before trusting it, and uses
 // webhook-id to drop duplicates.
 func ExampleNew() {
-	const secret sinks.Secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	const secret sinkconfig.Secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if err := webhook.Verify(secret, r.Header, body, 5*time.Minute); err != nil {

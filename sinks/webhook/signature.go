@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Standard Webhooks header names.
@@ -62,7 +62,7 @@ func sign(dst, key []byte, id, timestamp string, body []byte) []byte {
 // tolerance of now; tolerance <= 0 skips the timestamp check. Errors wrap
 // ErrBadSignature or ErrStaleTimestamp, except for an invalid secret; they
 // never include the secret.
-func Verify(secret sinks.Secret, header http.Header, body []byte, tolerance time.Duration) error {
+func Verify(secret sinkconfig.Secret, header http.Header, body []byte, tolerance time.Duration) error {
 	key, err := decodeSecret(secret)
 	if err != nil {
 		return fmt.Errorf("webhook: secret: %w", err)

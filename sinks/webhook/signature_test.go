@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/sinks"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -64,7 +65,7 @@ func TestVerifyRejects(t *testing.T) {
 	with := func(name, v string) http.Header { h := fresh(now); h.Set(name, v); return h }
 	cases := []struct {
 		name   string
-		secret sinks.Secret
+		secret sinkconfig.Secret
 		header http.Header
 		want   error // nil: an error that is neither sentinel (bad secret)
 		text   string
@@ -103,14 +104,14 @@ func FuzzSignature(f *testing.F) {
 	f.Add([]byte("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), "msg_p5jXN8AQM9LWM0D4loKWxJek", []byte(`{"test": 2432232314}`), "1614265330", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
 	f.Fuzz(func(t *testing.T, key []byte, id string, body []byte, rawTimestamp, rawSignature string) {
 		// Arbitrary headers: Verify must not panic, whatever it answers.
-		secret := sinks.Secret("whsec_" + base64.StdEncoding.EncodeToString(key))
+		secret := sinkconfig.Secret("whsec_" + base64.StdEncoding.EncodeToString(key))
 		h := http.Header{}
 		h.Set(HeaderID, id)
 		h.Set(HeaderTimestamp, rawTimestamp)
 		h.Set(HeaderSignature, rawSignature)
 		_ = Verify(secret, h, body, 5*time.Minute)
 		_ = Verify(secret, h, body, 0)
-		_ = Verify(sinks.Secret(rawSignature), h, body, time.Second)
+		_ = Verify(sinkconfig.Secret(rawSignature), h, body, time.Second)
 
 		if len(key) == 0 || id == "" || strings.TrimSpace(id) != id {
 			return // http.Header.Get would not return such an id unchanged
@@ -144,7 +145,7 @@ func BenchmarkEncodeSign(b *testing.B) {
 		contentType string
 	}{{"envelope-json", FormatEnvelope, sinks.ContentTypeJSON}, {"envelope-binary", FormatEnvelope, "application/x-protobuf"}, {"raw", FormatRaw, sinks.ContentTypeJSON}} {
 		b.Run(c.name, func(b *testing.B) {
-			s, err := New("bench", Config{URL: "http://127.0.0.1:1/", Format: c.format, Secret: newSecret(b), Secrets: []sinks.Secret{newSecret(b)}}, quiet)
+			s, err := New("bench", Config{URL: "http://127.0.0.1:1/", Format: c.format, Secret: newSecret(b), Secrets: []sinkconfig.Secret{newSecret(b)}}, quiet)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -82,7 +82,8 @@
 // with the same webhook-id. Events of one key are sent one after the other in
 // order; once one fails, the later ones of that key in the same Publish are
 // not sent (sinks.ErrSkipped). Events of different keys, and events without a
-// key, are sent concurrently, at most Concurrency at a time.
+// key, are sent concurrently, at most Concurrency at a time over all the
+// relay's calls at once.
 package webhook
 
 import (
@@ -100,12 +101,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Sink POSTs events to one endpoint. It implements sinks.Sink.
@@ -118,28 +119,16 @@ type Sink struct {
 	client *http.Client
 	logger *slog.Logger
 	agent  string
+	// limit bounds the requests in flight over every Publish call.
+	limit *sinks.Limiter
 }
 
 // New returns a sink called name. It validates cfg and fills its defaults;
 // connections are opened on first use. A nil logger means slog.Default().
 func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, logger, err := sinkconfig.Prepare(cfg, logger)
+	if err != nil {
 		return nil, fmt.Errorf("webhook sink %s: %w", name, err)
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
-	if cfg.Format == "" {
-		cfg.Format = FormatEnvelope
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	// Validate checked these three.
 	u, _ := cfg.endpoint()
@@ -169,7 +158,7 @@ func New(name string, cfg Config, logger *slog.Logger) (*Sink, error) {
 	logger.Debug("webhook: sink ready", "sink", name, "endpoint", u.Scheme+"://"+u.Host,
 		"format", string(cfg.Format), "concurrency", cfg.Concurrency, "signatures", len(keys))
 	return &Sink{name: name, cfg: cfg, url: u, keys: keys, static: static, client: client,
-		logger: logger, agent: "herald/" + version()}, nil
+		logger: logger, agent: "herald/" + version(), limit: sinks.NewLimiter(cfg.Concurrency)}, nil
 }
 
 // checkRedirect follows only 307 and 308, which resend the same POST, only
@@ -256,60 +245,19 @@ func (s *Sink) Close(context.Context) error {
 }
 
 // Publish implements sinks.Sink: one POST per event, events of one key in
-// order, at most Concurrency requests in flight.
+// order, at most Concurrency requests in flight over all calls at once. Each
+// event's result is reported as soon as its response arrives
+// (sinks.PublishEach).
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
-	errs := make([]error, len(events))
-	// A lane is the indices of one key's events, or one keyless event.
-	var lanes [][]int
-	byKey := map[string]int{}
-	for i, e := range events {
-		if e.Key == "" {
-			lanes = append(lanes, []int{i})
-			continue
-		}
-		l, ok := byKey[e.Key]
-		if !ok {
-			l = len(lanes)
-			byKey[e.Key] = l
-			lanes = append(lanes, nil)
-		}
-		lanes[l] = append(lanes[l], i)
-	}
-	next := make(chan []int, len(lanes))
-	for _, l := range lanes {
-		next <- l
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for range min(s.cfg.Concurrency, len(lanes)) {
-		wg.Go(func() {
-			for lane := range next {
-				s.publishLane(ctx, events, lane, errs)
-			}
-		})
-	}
-	wg.Wait()
-	return errs
+	return sinks.NewResults(ctx, events, s.where).PublishEach(s.limit, s.publish)
 }
 
-// publishLane sends one key's events in order, skipping those after a
-// failure.
-func (s *Sink) publishLane(ctx context.Context, events []sinks.Event, lane []int, errs []error) {
-	for n, i := range lane {
-		e := &events[i]
-		if err := ctx.Err(); err != nil {
-			errs[i] = fmt.Errorf("publishing event %s to %s: not sent: %w", e.ID, s.name, err)
-		} else {
-			errs[i] = s.publish(ctx, e)
-		}
-		if errs[i] != nil {
-			for _, j := range lane[n+1:] {
-				errs[j] = fmt.Errorf("publishing event %s to %s: %w", events[j].ID, s.name, sinks.ErrSkipped)
-			}
-			return
-		}
-	}
-}
+// where names the sink in errors: every event goes to its one endpoint.
+func (s *Sink) where(*sinks.Event) string { return s.name }
+
+// PublishesConcurrently implements sinks.ConcurrentPublisher: calls share
+// the limit of Concurrency requests in flight.
+func (s *Sink) PublishesConcurrently() bool { return true }
 
 // envelope is the request body in the envelope format.
 type envelope struct {
@@ -341,7 +289,7 @@ func (s *Sink) body(e *sinks.Event) ([]byte, string, error) {
 	env := envelope{ID: e.ID, Topic: e.Topic, Key: e.Key, Headers: e.Headers, ContentType: e.ContentType,
 		CreatedAt: e.CreatedAt.UTC()}
 	if sinks.IsJSON(e.ContentType) {
-		if err := sinks.CheckJSON(e.Payload); err != nil {
+		if err := sinkconfig.CheckJSON(e.Payload); err != nil {
 			return nil, "", sinks.Permanent(fmt.Errorf("%w, although its content type is %s", err, e.ContentType))
 		}
 		env.Payload = e.Payload
@@ -363,16 +311,13 @@ func (s *Sink) body(e *sinks.Event) ([]byte, string, error) {
 // publish sends one event and classifies the outcome.
 func (s *Sink) publish(ctx context.Context, e *sinks.Event) error {
 	body, contentType, err := s.body(e)
-	if err == nil && len(body) > s.cfg.MaxBodyBytes {
-		return fmt.Errorf("publishing event %s to %s (max_body_bytes): %w", e.ID, s.name, sinks.TooLarge(*e, len(body), s.cfg.MaxBodyBytes))
-	}
-	if err == nil {
-		err = s.send(ctx, e, body, contentType)
-	}
 	if err != nil {
-		return fmt.Errorf("publishing event %s to %s: %w", e.ID, s.name, err)
+		return err
 	}
-	return nil
+	if len(body) > s.cfg.MaxBodyBytes {
+		return fmt.Errorf("max_body_bytes: %w", sinks.TooLarge(len(body), s.cfg.MaxBodyBytes))
+	}
+	return s.send(ctx, e, body, contentType)
 }
 
 // send POSTs body once.

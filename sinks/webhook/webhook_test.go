@@ -33,7 +33,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/cloudevents"
+	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sinktest"
 )
 
@@ -84,9 +85,9 @@ func (rc *receiver) requests() []request {
 }
 
 // newSecret returns a fresh random whsec_ secret.
-func newSecret(t testing.TB) sinks.Secret {
+func newSecret(t testing.TB) sinkconfig.Secret {
 	t.Helper()
-	return sinks.Secret("whsec_" + base64.StdEncoding.EncodeToString([]byte(rand.Text())))
+	return sinkconfig.Secret("whsec_" + base64.StdEncoding.EncodeToString([]byte(rand.Text())))
 }
 
 // quiet drops the logs of sinks whose logs a test does not read.
@@ -138,7 +139,7 @@ func class(err error) string {
 
 // verifyIndependently checks a Standard Webhooks signature with code of its
 // own: it returns how many of the header's signatures match secret.
-func verifyIndependently(t *testing.T, secret sinks.Secret, h http.Header, body []byte) int {
+func verifyIndependently(t *testing.T, secret sinkconfig.Secret, h http.Header, body []byte) int {
 	t.Helper()
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret.Reveal(), "whsec_"))
 	if err != nil {
@@ -173,15 +174,22 @@ func conformance(t *testing.T, cfg Config, features sinktest.Features) {
 	secret := newSecret(t)
 	rc := newReceiver(t, nil)
 	format := cfg.Format
+	features.ReportsEarly = true // through sinks.Results.PublishEach
+	newSink := func(t *testing.T, url string) sinks.Sink {
+		cfg := cfg
+		cfg.URL, cfg.Secret = url, secret
+		s, err := New("hook", cfg, quiet)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return s
+	}
 	sinktest.Run(t, sinktest.Harness{
 		NewSink: func(t *testing.T, destination string) sinks.Sink {
-			cfg := cfg
-			cfg.URL, cfg.Secret = rc.srv.URL+"/"+destination, secret
-			s, err := New("hook", cfg, quiet)
-			if err != nil {
-				t.Fatalf("New: %v", err)
-			}
-			return s
+			return newSink(t, rc.srv.URL+"/"+destination)
+		},
+		Unreachable: func(t *testing.T, destination string) sinks.Sink {
+			return newSink(t, "http://"+sinktest.ClosedAddr(t)+"/"+destination)
 		},
 		Received: func(t *testing.T, destination string) []sinktest.Received {
 			var out []sinktest.Received
@@ -257,7 +265,7 @@ func TestRequestSignedAndDescribed(t *testing.T) {
 	rc := newReceiver(t, nil)
 	secret := newSecret(t)
 	s := newSink(t, Config{URL: rc.srv.URL + "/in", Secret: secret,
-		Headers: map[string]sinks.Secret{"Authorization": "Bearer abc", "X-Team": "billing"}})
+		Headers: map[string]sinkconfig.Secret{"Authorization": "Bearer abc", "X-Team": "billing"}})
 	e := sinktest.Event("ignored-destination", "order-42", []byte(`{"total": 12, "note": "<b>&"}`))
 	e.Topic = "orders"
 	e.Headers = map[string]string{"x-tenant": "acme",
@@ -347,7 +355,7 @@ func TestRawFormatSendsPayloadAsIs(t *testing.T) {
 func TestRawFormatPassesEventHeaders(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, nil)
-	s := newSink(t, Config{URL: rc.srv.URL, Format: FormatRaw, Headers: map[string]sinks.Secret{"Authorization": "Bearer static"}})
+	s := newSink(t, Config{URL: rc.srv.URL, Format: FormatRaw, Headers: map[string]sinkconfig.Secret{"Authorization": "Bearer static"}})
 	e := sinktest.Event("d", "", []byte(`{"n":1}`))
 	e.Headers = map[string]string{
 		"X-Tenant":      "acme",
@@ -385,14 +393,14 @@ func TestRawFormatPassesEventHeaders(t *testing.T) {
 
 // TestInvalidJSONPayloadIsPermanent covers hostile JSON payloads in the
 // envelope format: broken syntax, and nesting one level past
-// sinks.MaxJSONDepth (PostgreSQL stores it, encoding/json refuses it), whose
+// sinkconfig.MaxJSONDepth (PostgreSQL stores it, encoding/json refuses it), whose
 // error must say it nests too deep and name the limit, not call it invalid.
 // Neither is sent.
 func TestInvalidJSONPayloadIsPermanent(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, nil)
 	s := newSink(t, Config{URL: rc.srv.URL})
-	deep := strings.Repeat("[", sinks.MaxJSONDepth+1) + strings.Repeat("]", sinks.MaxJSONDepth+1)
+	deep := strings.Repeat("[", sinkconfig.MaxJSONDepth+1) + strings.Repeat("]", sinkconfig.MaxJSONDepth+1)
 	for payload, want := range map[string]string{
 		"{oops": "not valid JSON",
 		deep:    "payload nests arrays and objects deeper than 10000 levels",
@@ -411,7 +419,7 @@ func TestSecretRotationSendsEverySignature(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, nil)
 	old, next, third := newSecret(t), newSecret(t), newSecret(t)
-	s := newSink(t, Config{URL: rc.srv.URL, Secret: old, Secrets: []sinks.Secret{next}})
+	s := newSink(t, Config{URL: rc.srv.URL, Secret: old, Secrets: []sinkconfig.Secret{next}})
 	if err := publish(t, s, sinktest.Event("d", "k", []byte(`{}`)))[0]; err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +427,7 @@ func TestSecretRotationSendsEverySignature(t *testing.T) {
 	if sigs := strings.Fields(r.Header.Get("Webhook-Signature")); len(sigs) != 2 {
 		t.Fatalf("webhook-signature = %q, want two signatures", r.Header.Get("Webhook-Signature"))
 	}
-	for _, sec := range []sinks.Secret{old, next} {
+	for _, sec := range []sinkconfig.Secret{old, next} {
 		if n := verifyIndependently(t, sec, r.Header, r.Body); n != 1 {
 			t.Fatalf("%d signatures match a configured secret, want 1", n)
 		}
@@ -865,7 +873,7 @@ func TestCrossOriginRedirectIsRefused(t *testing.T) {
 					http.Redirect(w, r, to, code)
 				})
 				s := newSink(t, Config{URL: endpoint.srv.URL, Secret: newSecret(t), FollowRedirects: true,
-					Headers: map[string]sinks.Secret{"X-Api-Key": apiKey, "Authorization": bearer}})
+					Headers: map[string]sinkconfig.Secret{"X-Api-Key": apiKey, "Authorization": bearer}})
 				e := sinktest.Event("d", "k", []byte(`{"a":1}`))
 				later := sinktest.Event("d", "k", []byte(`{"a":2}`))
 				errs := publish(t, s, e, later)
@@ -984,7 +992,7 @@ func TestTLS(t *testing.T) {
 	}
 
 	// Trusted through tls.ca_file.
-	s = newSink(t, Config{URL: srv.URL, TLS: sinks.TLSConfig{CAFile: caFile}})
+	s = newSink(t, Config{URL: srv.URL, TLS: sinkconfig.TLSConfig{CAFile: caFile}})
 	if err := publish(t, s, sinktest.Event("d", "", []byte(`{}`)))[0]; err != nil {
 		t.Fatalf("with ca_file: %v", err)
 	}
@@ -1029,7 +1037,7 @@ func TestMutualTLS(t *testing.T) {
 	caFile := writePEM(t, dir, "ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 
 	// Without a client certificate the server refuses the handshake.
-	s := newSink(t, Config{URL: srv.URL, TLS: sinks.TLSConfig{CAFile: caFile}})
+	s := newSink(t, Config{URL: srv.URL, TLS: sinkconfig.TLSConfig{CAFile: caFile}})
 	err := publish(t, s, sinktest.Event("d", "", []byte(`{}`)))[0]
 	if class(err) != "unavailable" || !strings.Contains(err.Error(), "TLS handshake") {
 		t.Fatalf("no client certificate: %v, want unavailable", err)
@@ -1043,7 +1051,7 @@ func TestMutualTLS(t *testing.T) {
 	}
 	certFile := writePEM(t, dir, "cert.pem", &pem.Block{Type: "CERTIFICATE", Bytes: pair.Certificate[0]})
 	keyFile := writePEM(t, dir, "key.pem", &pem.Block{Type: "PRIVATE KEY", Bytes: key})
-	s = newSink(t, Config{URL: srv.URL, TLS: sinks.TLSConfig{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}})
+	s = newSink(t, Config{URL: srv.URL, TLS: sinkconfig.TLSConfig{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}})
 	if err := publish(t, s, sinktest.Event("d", "", []byte(`{}`)))[0]; err != nil {
 		t.Fatalf("with client certificate: %v", err)
 	}
@@ -1057,8 +1065,8 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	const token = "Bearer tok-s3cr3t-value"
 	var status atomic.Int64
 	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) { w.WriteHeader(int(status.Load())) })
-	cfg := Config{URL: rc.srv.URL, Secret: secret, Secrets: []sinks.Secret{rotated},
-		Headers: map[string]sinks.Secret{"Authorization": token}}
+	cfg := Config{URL: rc.srv.URL, Secret: secret, Secrets: []sinkconfig.Secret{rotated},
+		Headers: map[string]sinkconfig.Secret{"Authorization": token}}
 	s, err := New("hook", cfg, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -1081,7 +1089,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	// Invalid secrets are refused without being quoted.
 	for _, bad := range []Config{
 		{URL: "http://x", Secret: "whsec_!!not-base64-" + secret[6:]},
-		{URL: "http://x", Secrets: []sinks.Secret{secret[6:]}},
+		{URL: "http://x", Secrets: []sinkconfig.Secret{secret[6:]}},
 	} {
 		_, err := New("hook", bad, logger)
 		if err == nil {
@@ -1119,16 +1127,16 @@ func TestConfigValidate(t *testing.T) {
 		{"secret prefix", func(c *Config) { c.Secret = "c2VjcmV0" }, `secret: must start with "whsec_"`},
 		{"secret base64", func(c *Config) { c.Secret = "whsec_***" }, "secret: the part after"},
 		{"secret empty key", func(c *Config) { c.Secret = "whsec_" }, "secret: no key bytes"},
-		{"secrets index", func(c *Config) { c.Secrets = []sinks.Secret{"whsec_c2VjcmV0", "nope"} }, "secrets[1]:"},
+		{"secrets index", func(c *Config) { c.Secrets = []sinkconfig.Secret{"whsec_c2VjcmV0", "nope"} }, "secrets[1]:"},
 		{"format", func(c *Config) { c.Format = "xml" }, `format: "xml" must be envelope, raw or cloudevents`},
 		{"timeout", func(c *Config) { c.Timeout = -time.Second }, "timeout:"},
 		{"concurrency", func(c *Config) { c.Concurrency = -1 }, "concurrency:"},
 		{"max_body_bytes", func(c *Config) { c.MaxBodyBytes = -1 }, "max_body_bytes:"},
-		{"header name", func(c *Config) { c.Headers = map[string]sinks.Secret{"bad name": "x"} }, `headers: "bad name"`},
-		{"empty header name", func(c *Config) { c.Headers = map[string]sinks.Secret{"": "x"} }, `headers: ""`},
-		{"header reserved", func(c *Config) { c.Headers = map[string]sinks.Secret{"webhook-signature": "x"} }, "headers.webhook-signature: set by the sink"},
-		{"header value", func(c *Config) { c.Headers = map[string]sinks.Secret{"X-A": "a\r\nInjected: 1"} }, "headers.X-A: value must not contain"},
-		{"header value with DEL", func(c *Config) { c.Headers = map[string]sinks.Secret{"X-A": "a\x7f"} }, "headers.X-A: value must not contain control characters"},
+		{"header name", func(c *Config) { c.Headers = map[string]sinkconfig.Secret{"bad name": "x"} }, `headers: "bad name"`},
+		{"empty header name", func(c *Config) { c.Headers = map[string]sinkconfig.Secret{"": "x"} }, `headers: ""`},
+		{"header reserved", func(c *Config) { c.Headers = map[string]sinkconfig.Secret{"webhook-signature": "x"} }, "headers.webhook-signature: set by the sink"},
+		{"header value", func(c *Config) { c.Headers = map[string]sinkconfig.Secret{"X-A": "a\r\nInjected: 1"} }, "headers.X-A: value must not contain"},
+		{"header value with DEL", func(c *Config) { c.Headers = map[string]sinkconfig.Secret{"X-A": "a\x7f"} }, "headers.X-A: value must not contain control characters"},
 		{"retry_on range", func(c *Config) { c.RetryOn = []int{200} }, "retry_on[0]: 200"},
 		{"permanent_on range", func(c *Config) { c.PermanentOn = []int{500, 600} }, "permanent_on[1]: 600"},
 		{"overlap", func(c *Config) { c.RetryOn = []int{409}; c.PermanentOn = []int{409} }, "permanent_on[0]: 409 is also listed in retry_on"},
@@ -1149,8 +1157,8 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: New() = %v, want the validation error naming the sink", c.name, err)
 		}
 	}
-	full := Config{URL: "http://x", Secret: "whsec_c2VjcmV0", Secrets: []sinks.Secret{"whsec_b3RoZXI="}, Format: FormatRaw,
-		Headers: map[string]sinks.Secret{"X-Api-Key": "k"}, RetryOn: []int{409}, PermanentOn: []int{503}}
+	full := Config{URL: "http://x", Secret: "whsec_c2VjcmV0", Secrets: []sinkconfig.Secret{"whsec_b3RoZXI="}, Format: FormatRaw,
+		Headers: map[string]sinkconfig.Secret{"X-Api-Key": "k"}, RetryOn: []int{409}, PermanentOn: []int{503}}
 	if err := full.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
@@ -1208,5 +1216,23 @@ func TestEnvelopeEdgeCases(t *testing.T) {
 	}
 	if class(errs[1]) != "permanent" || !strings.Contains(errs[1].Error(), "encoding envelope") {
 		t.Fatalf("unencodable event: %v, want permanent", errs[1])
+	}
+}
+
+// TestErrorNamesTheEventAndTheSinkOnce: a refusal reads "publishing event
+// ID to SINK: endpoint answered …", the form the relay's dead-letter
+// listing cuts the cause from, with no second prefix.
+func TestErrorNamesTheEventAndTheSinkOnce(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.WriteHeader(http.StatusGone)
+		_, _ = w.Write([]byte("this customer is gone"))
+	})
+	s := newSink(t, Config{URL: rc.srv.URL})
+	e := rawEvent("k", "x")
+	err := publish(t, s, e)[0]
+	want := "publishing event " + e.ID + ` to hook: endpoint answered 410 Gone: "this customer is gone"`
+	if !sinks.IsPermanent(err) || err.Error() != want {
+		t.Fatalf("error %q, want permanent %q", err, want)
 	}
 }

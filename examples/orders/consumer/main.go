@@ -44,8 +44,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/examples/orders/healthz"
-	"github.com/heraldhq/herald/sinks"
 	natssink "github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
@@ -146,7 +146,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 			return fmt.Errorf("-webhook-listen: %w", err)
 		}
 		addr = ln.Addr().String()
-		srv := &http.Server{Handler: webhookHandler(sinks.Secret(s.webhookSecret), p), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: webhookHandler(sinkconfig.Secret(s.webhookSecret), p), ReadHeaderTimeout: 10 * time.Second}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -330,7 +330,7 @@ func readKafka(ctx context.Context, cl *kgo.Client, p *printer, logger *slog.Log
 
 // webhookHandler receives the webhook sink's envelopes on POST /webhook,
 // checking their signature when secret is set.
-func webhookHandler(secret sinks.Secret, p *printer) http.Handler {
+func webhookHandler(secret sinkconfig.Secret, p *printer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /webhook", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 2<<20))

@@ -16,9 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/heraldhq/herald/internal/natstest"
 	"github.com/heraldhq/herald/sinks"
 	natssink "github.com/heraldhq/herald/sinks/nats"
-	"github.com/heraldhq/herald/sinks/nats/natstest"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 

@@ -40,7 +40,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/examples/orders/internal/demo"
-	"github.com/heraldhq/herald/relay/relayconfig"
+	"github.com/heraldhq/herald/internal/relayconfig"
 )
 
 // Exit statuses.
@@ -71,8 +71,10 @@ needed: -database-url, else DATABASE_URL, else
 %s. When none answers and a Docker engine does,
 a throwaway PostgreSQL container is started. A mysql:// URL
 (mysql://root@127.0.0.1:3306/test) runs it on MySQL or MariaDB instead.
-The demo works in its own schema (-schema, default %s; on MySQL a
-database), dropped before and after the run unless -keep. -sinks adds sinks: Redis (REDIS_URL, else %s),
+The demo works in a schema of its own (on MySQL a database): a fresh one
+per run, %s_ and 8 random hex digits, so runs on a shared server never
+touch another's tables; -schema NAME (starting with %s) names it and
+replaces it if it exists. It is dropped at the end unless -keep. -sinks adds sinks: Redis (REDIS_URL, else %s),
 RabbitMQ (RABBITMQ_URL, else %s) and MQTT (MQTT_URL,
 else %s), whose servers must already run; pubsub, to
 Google's Pub/Sub fake run in this process; sqs and sns, to AWS_ENDPOINT_URL
@@ -80,16 +82,16 @@ Google's Pub/Sub fake run in this process; sqs and sns, to AWS_ENDPOINT_URL
 'moto[server]').
 
 Flags:
-`, demo.DefaultDatabaseURL, demo.DefaultSchema, demo.DefaultRedisURL, demo.DefaultRabbitMQURL, demo.DefaultMQTTURL)
+`, demo.DefaultDatabaseURL, demo.DefaultSchema, demo.DefaultSchema, demo.DefaultRedisURL, demo.DefaultRabbitMQURL, demo.DefaultMQTTURL)
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL connection string, or mysql://user:password@host:3306/database (default: DATABASE_URL, else the local PostgreSQL)")
-	fs.StringVar(&opts.Schema, "schema", "", "schema (on MySQL, database) the demo creates and drops; must start with "+demo.DefaultSchema+" (default "+demo.DefaultSchema+")")
+	fs.StringVar(&opts.Schema, "schema", "", "schema (on MySQL, database) to work in, replaced if it exists; must start with "+demo.DefaultSchema+" (default: a fresh "+demo.DefaultSchema+"_XXXXXXXX per run)")
 	fs.IntVar(&opts.Orders, "orders", 0, "orders to place and pay (default 500, 100 with -short)")
 	fs.Float64Var(&opts.Rate, "rate", 0, "orders per second (default 100; negative: as fast as possible)")
 	fs.DurationVar(&opts.Outage, "outage", 0, "how long the webhook answers 503 (default 3s, 1s with -short; 0 for none)")
 	fs.BoolVar(&opts.Short, "short", false, "a quick run, for CI")
-	fs.BoolVar(&opts.Keep, "keep", false, "keep the demo schema (orders, outbox) at the end")
+	fs.BoolVar(&opts.Keep, "keep", false, "keep the demo's schema (orders, outbox) at the end; the summary names it")
 	fs.DurationVar(&opts.Timeout, "timeout", 3*time.Minute, "give up after this long")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON (durations in milliseconds, in fields ending _ms)")
 	fs.StringVar(&brokers, "sinks", "", "also deliver orders.* to these sinks, comma-separated: "+strings.Join(demo.BrokerSinks, ","))

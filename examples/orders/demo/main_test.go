@@ -4,21 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/heraldhq/herald/examples/orders/internal/demo"
+	"github.com/heraldhq/herald/internal/mqtttest"
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/internal/mysqlurl"
-	"github.com/heraldhq/herald/migrations/mysqltest"
-	"github.com/heraldhq/herald/migrations/pgtest"
-	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
-	"github.com/heraldhq/herald/sinks/mqtt/mqtttest"
-	"github.com/heraldhq/herald/sinks/rabbitmq/rabbitmqtest"
-	"github.com/heraldhq/herald/sinks/redis/redistest"
+	"github.com/heraldhq/herald/internal/pgtest"
+	_ "github.com/heraldhq/herald/internal/pgtest/pgcontainer" // a container when no server answers
+	"github.com/heraldhq/herald/internal/rabbitmqtest"
+	"github.com/heraldhq/herald/internal/redistest"
 )
 
 // repoRoot is the repository root, relative to this package.
@@ -85,9 +87,9 @@ func runIn(ctx context.Context, t *testing.T, dir string, env []string, name str
 // numbers and that the JSON durations say their unit.
 func TestReadmeDemoCommand(t *testing.T) {
 	t.Parallel()
-	schema := pgtest.UniqueName(demo.DefaultSchema)
-	stdout, stderr, code := runDemo(t, []string{"DATABASE_URL=" + pgtest.URL(t)},
-		"--short", "--json", "--schema", schema)
+	// Without --schema, as the README runs it: the demo works in a fresh
+	// schema of its own, named in the summary.
+	stdout, stderr, code := runDemo(t, []string{"DATABASE_URL=" + pgtest.URL(t)}, "--short", "--json")
 	if code != 0 {
 		t.Fatalf("go run ./examples/orders/demo --short --json: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -114,6 +116,11 @@ func TestReadmeDemoCommand(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "orders 100/100 paid") {
 		t.Fatalf("no progress on stderr:\n%s", stderr)
+	}
+	schema := s.Schema
+	if !regexp.MustCompile(`^`+demo.DefaultSchema+`_[0-9a-f]{8}$`).MatchString(schema) ||
+		!strings.Contains(stderr, "schema "+schema+" migrated; dropped at the end") {
+		t.Fatalf("the run's schema %q is not a fresh name it announced:\n%s", schema, stderr)
 	}
 	var n int
 	if err := pgtest.Pool(t).QueryRow(context.Background(),
@@ -191,6 +198,19 @@ func TestDemoBinaryErrors(t *testing.T) {
 	stderr, code = run(nil, "--short", "--database-url", "mysql://root@127.0.0.1:1/none")
 	if code != 1 || !strings.Contains(stderr, "no MySQL or MariaDB answers at mysql://root@127.0.0.1:1/none") || !strings.Contains(stderr, "docker run -d --name herald-mariadb") {
 		t.Fatalf("no MySQL: exit %d, stderr:\n%s", code, stderr)
+	}
+	// A server that answers without the URL's database: the database is
+	// missing, not the server.
+	missing, err := url.Parse(mysqltest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing.Path = "/" + mysqltest.UniqueName("no_such_db")
+	stderr, code = run(nil, "--short", "--database-url", missing.String())
+	if code != 1 || !strings.Contains(stderr, "answers, but has no database "+missing.Path[1:]) ||
+		!strings.Contains(stderr, "CREATE DATABASE `"+missing.Path[1:]+"`") || strings.Contains(stderr, "no MySQL or MariaDB answers") ||
+		strings.Contains(stderr, "docker run") {
+		t.Fatalf("a missing MySQL database: exit %d, stderr:\n%s", code, stderr)
 	}
 	stderr, code = run(nil, "--schema", "public", "--database-url", "postgres://postgres@127.0.0.1:1/none")
 	if code != 1 || !strings.Contains(stderr, `must start with "herald_demo"`) {

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/heraldhq/herald/examples/orders/shop"
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/outbox"
 )
 

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldhq/herald/internal/pgtest"
+	_ "github.com/heraldhq/herald/internal/pgtest/pgcontainer" // a container when no server answers
 	"github.com/heraldhq/herald/internal/relaybench"
-	"github.com/heraldhq/herald/migrations/pgtest"
-	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
 )
 
 // TestBenchAgainstPeers starts the three peers on free ports, reads the bench

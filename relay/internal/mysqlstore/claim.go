@@ -26,6 +26,11 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (fresh, queued [
 	for _, seq := range skip {
 		args = append(args, seq)
 	}
+	after := p.After.AvailableAt
+	if p.After.IsZero() {
+		after = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC) // DATETIME's earliest
+	}
+	args = append(args, after, after, p.After.Seq)
 	args = append(args, p.Config, p.Config, p.Rows, p.Bytes)
 	if fresh, err = s.readClaimed(ctx, inList(s.sql.claimFresh, len(skip)), args, p.Rows, false); err != nil {
 		return nil, nil, fmt.Errorf("claiming events: %w", err)
@@ -84,13 +89,20 @@ func (s *Store) claimQueues(ctx context.Context, p store.ClaimParams) ([]store.C
 	if len(heads) == 0 {
 		return nil, nil
 	}
+	// A sink's rows are shared evenly between its heads found.
+	found := map[int]int{}
+	for _, h := range heads {
+		found[h.sinkAt]++
+	}
 	parts = parts[:0]
 	args = []any{p.EventBytes, p.EventBytes, p.EventBytes}
 	for i, h := range heads {
+		rows := int(p.QueueRows[h.sinkAt])
+		share := (rows + found[h.sinkAt] - 1) / found[h.sinkAt]
 		parts = append(parts, s.sql.claimFollow)
-		args = append(args, h.sinkAt, i, h.sink, h.seq, h.sinkAt, i, h.key, h.sink, h.seq, p.QueueRows)
+		args = append(args, h.sinkAt, i, rows, h.sink, h.seq, h.sinkAt, i, rows, h.key, h.sink, h.seq, max(share-1, 0))
 	}
-	args = append(args, p.QueueRows, p.Bytes)
+	args = append(args, p.Bytes)
 	stmt := strings.Replace(s.sql.claimQueue, seqsMarker, strings.Join(parts, "\nUNION ALL\n"), 1)
 	return s.readClaimed(ctx, stmt, args, len(heads), true)
 }
@@ -113,11 +125,14 @@ func (s *Store) readClaimed(ctx context.Context, stmt string, args []any, capaci
 			maxAttempts         sql.NullInt32
 			queuedOn, elsewhere []byte
 			head                bool
+			availableAt         time.Time
 		)
 		dest := []any{&c.Seq, &c.ID, &c.Topic, &key, &payload, &payloadBin, &contentType, &headers,
 			&c.CreatedAt, &maxAttempts, &c.Lane, &queuedOn, &c.PayloadBytes}
 		if deliveries {
 			dest = append(dest, &c.Sink, &c.Attempts, &head, &elsewhere)
+		} else {
+			dest = append(dest, &availableAt)
 		}
 		// database/sql copies a []byte column into a new slice for each
 		// row, so the slices kept below are the row's own.
@@ -125,7 +140,7 @@ func (s *Store) readClaimed(ctx context.Context, stmt string, args []any, capaci
 			return nil, fmt.Errorf("reading a claimed event: %w", err)
 		}
 		c.Key, c.ContentType, c.MaxAttempts, c.Head = key.String, contentType.String, int(maxAttempts.Int32), head
-		c.Payload, c.PayloadBin, c.Headers = payload, payloadBin, headers
+		c.Payload, c.PayloadBin, c.Headers, c.AvailableAt = payload, payloadBin, headers, availableAt
 		if c.Queued, err = sinkList(queuedOn); err != nil {
 			return nil, fmt.Errorf("reading the queues of event %d: %w", c.Seq, err)
 		}

@@ -119,11 +119,11 @@ func TestClaimQueues(t *testing.T) {
 	// a fails on sink s (head, two behind it) and its first event also
 	// waits on the routing step; b fails on s later (due in an hour).
 	o := &store.Outcome{OutboxSeqs: seqs[:4], OutboxKeys: []string{"a", "a", "a", "b"}}
-	o.FromOutbox.Add(seqs[0], "s", store.Ready, false, 1, time.Time{}, boom)
-	o.FromOutbox.Add(seqs[1], "s", store.Waiting, false, 0, time.Time{}, nullString)
-	o.FromOutbox.Add(seqs[2], "s", store.Waiting, false, 0, time.Time{}, nullString)
-	o.FromOutbox.Add(seqs[3], "s", store.Ready, false, 1, time.Now().Add(time.Hour), boom)
-	o.FromOutbox.Add(seqs[0], "", store.Ready, false, 1, time.Time{}, boom)
+	o.FromOutbox.Add(seqs[0], "s", store.Ready, false, 1, 0, boom)
+	o.FromOutbox.Add(seqs[1], "s", store.Waiting, false, 0, 0, nullString)
+	o.FromOutbox.Add(seqs[2], "s", store.Waiting, false, 0, 0, nullString)
+	o.FromOutbox.Add(seqs[3], "s", store.Ready, false, 1, time.Hour, boom)
+	o.FromOutbox.Add(seqs[0], "", store.Ready, false, 1, 0, boom)
 	if left, err := r.record(ctx, o); err != nil || left != nil {
 		t.Fatalf("recording the fan-out: left %v, %v", left, err)
 	}
@@ -152,7 +152,7 @@ func TestClaimQueues(t *testing.T) {
 
 	// Heads per sink and rows per sink bound the queue claim.
 	_, queued, err = r.Claim(ctx, store.ClaimParams{Lanes: ^uint64(0), Rows: 10, Bytes: 1 << 20, EventBytes: 1 << 20,
-		QueueSinks: []string{"s"}, QueueHeads: []int32{1}, QueueRows: 2})
+		QueueSinks: []string{"s"}, QueueHeads: []int32{1}, QueueRows: []int32{2}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/heraldhq/herald/internal/mysqltest"
 	"github.com/heraldhq/herald/internal/mysqlurl"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
-	"github.com/heraldhq/herald/migrations/mysqltest"
 	"github.com/heraldhq/herald/relay/internal/store"
 )
 
@@ -121,6 +121,9 @@ func (b *bundle) countDeliveries(t testing.TB, where string) int {
 type relayOn struct {
 	*Store
 	owner string
+	// leases are the lanes takeLanes found held: records are fenced by
+	// them unless they say otherwise.
+	leases store.Leases
 }
 
 func (b *bundle) relay(t testing.TB, owner string) *relayOn {
@@ -135,7 +138,13 @@ func (r *relayOn) takeLanes(ctx context.Context, lease time.Duration) (held, tak
 		return 0, 0, err
 	}
 	acquired, takenOver, err := r.AcquireLanes(ctx, r.owner, lease, 0, store.Lanes-1)
-	return v.Held | acquired, takenOver, err
+	r.leases = v.Held
+	for lane := range store.Lanes {
+		if acquired.Mask&(1<<uint(lane)) != 0 {
+			r.leases.Add(lane, acquired.Epochs[lane])
+		}
+	}
+	return r.leases.Mask, takenOver, err
 }
 
 // claim claims from every lane, at most rows outbox rows and rows
@@ -146,10 +155,21 @@ func (r *relayOn) claim(ctx context.Context, rows int, sinks ...string) (fresh, 
 		heads[i] = int32(rows)
 	}
 	return r.Claim(ctx, store.ClaimParams{Lanes: ^uint64(0), Rows: rows, Bytes: 32 << 20, EventBytes: 16 << 20,
-		QueueSinks: sinks, QueueHeads: heads, QueueRows: rows})
+		QueueSinks: sinks, QueueHeads: heads, QueueRows: heads})
 }
 
+// record records o, fenced by the leases takeLanes found unless o has a
+// fence, and returns the rows it left.
 func (r *relayOn) record(ctx context.Context, o *store.Outcome) ([]int64, error) {
+	rec, err := r.recordAll(ctx, o)
+	return rec.Left, err
+}
+
+// recordAll is record returning all the store says.
+func (r *relayOn) recordAll(ctx context.Context, o *store.Outcome) (store.Recorded, error) {
+	if o.Fence.Mask == 0 {
+		o.Fence = r.leases
+	}
 	return r.Record(ctx, r.owner, o, false)
 }
 

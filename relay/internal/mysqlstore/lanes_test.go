@@ -23,7 +23,7 @@ func TestLanesBetweenRelays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if va.Live != 1 || va.Rank != 0 || !va.Current || va.Held != 0 {
+	if va.Live != 1 || va.Rank != 0 || !va.Current || va.Held.Mask != 0 {
 		t.Fatalf("first relay's view %+v", va)
 	}
 	if vz.Live != 2 || vz.Rank != 1 || !vz.Current {
@@ -36,15 +36,15 @@ func TestLanesBetweenRelays(t *testing.T) {
 
 	// Each takes its block.
 	acq, over, err := a.AcquireLanes(ctx, a.owner, time.Hour, 0, 31)
-	if err != nil || acq != 1<<32-1 || over != 0 {
-		t.Fatalf("relay-a acquired %064b, took over %064b: %v", acq, over, err)
+	if err != nil || acq.Mask != 1<<32-1 || over != 0 {
+		t.Fatalf("relay-a acquired %064b, took over %064b: %v", acq.Mask, over, err)
 	}
 	acq, _, err = z.AcquireLanes(ctx, z.owner, time.Hour, 0, 63)
-	if err != nil || acq != ^uint64(1<<32-1) {
-		t.Fatalf("relay-z acquired %064b, want the lanes relay-a does not hold: %v", acq, err)
+	if err != nil || acq.Mask != ^uint64(1<<32-1) {
+		t.Fatalf("relay-z acquired %064b, want the lanes relay-a does not hold: %v", acq.Mask, err)
 	}
-	if v, err := a.Renew(ctx, a.owner, "v1", time.Hour, nil); err != nil || v.Held != 1<<32-1 {
-		t.Fatalf("relay-a holds %064b (%v)", v.Held, err)
+	if v, err := a.Renew(ctx, a.owner, "v1", time.Hour, nil); err != nil || v.Held.Mask != 1<<32-1 {
+		t.Fatalf("relay-a holds %064b (%v)", v.Held.Mask, err)
 	}
 
 	// A new configuration: the old one is no longer current.
@@ -59,8 +59,8 @@ func TestLanesBetweenRelays(t *testing.T) {
 	if err := a.ReleaseLanes(ctx, a.owner, 0xff); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := a.Renew(ctx, a.owner, "v2", time.Hour, nil); err != nil || v.Held != 1<<32-1-0xff {
-		t.Fatalf("relay-a holds %064b after releasing 8 lanes (%v)", v.Held, err)
+	if v, err := a.Renew(ctx, a.owner, "v2", time.Hour, nil); err != nil || v.Held.Mask != 1<<32-1-0xff {
+		t.Fatalf("relay-a holds %064b after releasing 8 lanes (%v)", v.Held.Mask, err)
 	}
 	if until, err := a.OwnerLive(ctx, a.owner); err != nil || time.Until(until) < 50*time.Minute {
 		t.Fatalf("relay-a live until %v (%v)", until, err)
@@ -71,8 +71,8 @@ func TestLanesBetweenRelays(t *testing.T) {
 	if until, err := a.OwnerLive(ctx, a.owner); err != nil || !until.IsZero() {
 		t.Fatalf("relay-a live until %v after ReleaseAll (%v)", until, err)
 	}
-	if acq, over, err := z.AcquireLanes(ctx, z.owner, time.Hour, 0, 63); err != nil || acq != 1<<32-1 || over != 0 {
-		t.Fatalf("relay-z took %064b (over %064b) after relay-a left: %v", acq, over, err)
+	if acq, over, err := z.AcquireLanes(ctx, z.owner, time.Hour, 0, 63); err != nil || acq.Mask != 1<<32-1 || over != 0 {
+		t.Fatalf("relay-z took %064b (over %064b) after relay-a left: %v", acq.Mask, over, err)
 	}
 }
 
@@ -107,7 +107,7 @@ func TestTakeoverAndDeparted(t *testing.T) {
 	if err := b.db.QueryRow("SELECT count(*) FROM " + b.tables.Relays()).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%d relays left after removing the departed (%v), want 1", n, err)
 	}
-	if v, err := next.Renew(ctx, next.owner, "", time.Hour, nil); err != nil || v.Live != 1 || v.Held != 1<<10-1 {
+	if v, err := next.Renew(ctx, next.owner, "", time.Hour, nil); err != nil || v.Live != 1 || v.Held.Mask != 1<<10-1 {
 		t.Fatalf("view after takeover %+v (%v)", v, err)
 	}
 }

@@ -188,7 +188,7 @@ func (s *Store) Renew(ctx context.Context, owner, config string, lease time.Dura
 			return err
 		}
 		var current int64
-		if err := tx.QueryRowContext(ctx, s.sql.live, owner, config, config).Scan(&v.Live, &v.Rank, &current); err != nil {
+		if err := tx.QueryRowContext(ctx, s.sql.live, owner, config, config).Scan(&v.Live, &v.Rank, &current, &v.Now); err != nil {
 			return fmt.Errorf("reading the live relays: %w", err)
 		}
 		v.Current = current == 1
@@ -196,7 +196,7 @@ func (s *Store) Renew(ctx context.Context, owner, config string, lease time.Dura
 			return err
 		}
 		var err error
-		v.Held, err = s.laneMask(ctx, tx, s.sql.owned, owner)
+		v.Held, err = s.leases(ctx, tx, s.sql.owned, owner)
 		return err
 	})
 	if err != nil {
@@ -226,22 +226,39 @@ type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// laneMask runs a query returning lanes and returns them as a mask.
-func (s *Store) laneMask(ctx context.Context, q queryer, query string, args ...any) (uint64, error) {
+// leases runs a query returning lanes with their epochs.
+func (s *Store) leases(ctx context.Context, q queryer, query string, args ...any) (store.Leases, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return 0, err
+		return store.Leases{}, err
 	}
 	defer rows.Close()
-	var mask uint64
+	var l store.Leases
 	for rows.Next() {
 		var lane uint8
-		if err := rows.Scan(&lane); err != nil {
-			return 0, err
+		var epoch int64
+		if err := rows.Scan(&lane, &epoch); err != nil {
+			return store.Leases{}, err
 		}
-		mask |= 1 << (lane & 63)
+		l.Add(int(lane&63), epoch)
 	}
-	return mask, rows.Err()
+	return l, rows.Err()
+}
+
+// fence locks the lanes owner holds (lockLanes) and returns those of f
+// still held under f's epochs.
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, owner string, f *store.Leases) (uint64, error) {
+	held, err := s.leases(ctx, tx, s.sql.lockLanes, owner)
+	if err != nil {
+		return 0, fmt.Errorf("locking the lanes of %s: %w", owner, err)
+	}
+	var mask uint64
+	for lane := range store.Lanes {
+		if f.Same(&held, lane) {
+			mask |= 1 << uint(lane)
+		}
+	}
+	return mask, nil
 }
 
 // ReleaseLanes implements store.Store.
@@ -255,9 +272,10 @@ func (s *Store) ReleaseLanes(ctx context.Context, owner string, mask uint64) err
 // AcquireLanes implements store.Store: one transaction that locks the free
 // lanes (skipping those locked by another relay taking them, or by a record
 // in flight) and takes them.
-func (s *Store) AcquireLanes(ctx context.Context, owner string, lease time.Duration, first, last int) (acquired, takenOver uint64, err error) {
+func (s *Store) AcquireLanes(ctx context.Context, owner string, lease time.Duration, first, last int) (acquired store.Leases, takenOver uint64, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		acquired, takenOver = 0, 0
+		var found uint64
+		acquired, takenOver = store.Leases{}, 0
 		rows, err := tx.QueryContext(ctx, s.sql.acquireFind, first, last)
 		if err != nil {
 			return err
@@ -269,7 +287,7 @@ func (s *Store) AcquireLanes(ctx context.Context, owner string, lease time.Durat
 			if err := rows.Scan(&lane, &taken); err != nil {
 				return err
 			}
-			acquired |= 1 << (lane & 63)
+			found |= 1 << (lane & 63)
 			if taken {
 				takenOver |= 1 << (lane & 63)
 			}
@@ -277,14 +295,22 @@ func (s *Store) AcquireLanes(ctx context.Context, owner string, lease time.Durat
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if acquired == 0 {
+		if found == 0 {
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, s.sql.acquire, append([]any{owner, micros(lease)}, lanes(acquired)...)...)
+		if _, err = tx.ExecContext(ctx, s.sql.acquire, append([]any{owner, micros(lease)}, lanes(found)...)...); err != nil {
+			return err
+		}
+		owned, err := s.leases(ctx, tx, s.sql.owned, owner)
+		for lane := range store.Lanes {
+			if found&(1<<uint(lane)) != 0 {
+				acquired.Add(lane, owned.Epochs[lane])
+			}
+		}
 		return err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("acquiring lanes %d to %d: %w", first, last, err)
+		return store.Leases{}, 0, fmt.Errorf("acquiring lanes %d to %d: %w", first, last, err)
 	}
 	return acquired, takenOver, nil
 }
@@ -355,31 +381,11 @@ func (s *Store) SinksWithDeliveries(ctx context.Context) ([]string, error) {
 	return present, nil
 }
 
-// DeadLetterSinks implements store.Store, fenced by the lanes owner holds
-// (share-locked, as a record does).
-func (s *Store) DeadLetterSinks(ctx context.Context, owner string, sinks []string, limit int) (int64, error) {
-	if len(sinks) == 0 {
-		return 0, nil
-	}
+// CountWaiting implements store.Store.
+func (s *Store) CountWaiting(ctx context.Context, sink string) (int64, error) {
 	var n int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		mask, err := s.laneMask(ctx, tx, s.sql.lockLanes, owner)
-		if err != nil || mask == 0 {
-			return err
-		}
-		args := lanes(mask)
-		for _, sink := range sinks {
-			args = append(args, sink)
-		}
-		res, err := tx.ExecContext(ctx, inList(s.sql.unrouted, len(sinks)), append(args, limit)...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("dead-lettering deliveries for sinks no route names (%s): %w", strings.Join(sinks, ", "), err)
+	if err := s.db.QueryRowContext(ctx, s.sql.countWaiting, sink).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting the deliveries waiting for sink %s: %w", sink, err)
 	}
 	return n, nil
 }
@@ -478,6 +484,7 @@ func (s *Store) MaintainTables(ctx context.Context, deadRows int64) (store.Maint
 		done.Analyzed = append(done.Analyzed, quoted)
 	}
 	var history int64
+	done.MySQL = true
 	switch err := s.db.QueryRowContext(ctx, s.sql.historyLen).Scan(&history); {
 	case err == nil:
 		done.HistoryLength = history
@@ -488,4 +495,40 @@ func (s *Store) MaintainTables(ctx context.Context, deadRows int64) (store.Maint
 		s.cfg.Logger.DebugContext(ctx, "relay store: cannot read the InnoDB history list length", "error", err)
 	}
 	return done, nil
+}
+
+// QueuedSinks implements store.Store: one probe of the head index per key.
+func (s *Store) QueuedSinks(ctx context.Context, keys []string) (map[string][]string, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	q := "SELECT d.`key`, d.sink FROM " + s.tables.Deliveries() + " d WHERE d.`key` IN (" + placeholders(len(keys)) +
+		") AND (d.state = 'ready' OR d.stops_key)"
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("looking up the queues of %d keys: %w", len(keys), err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var key, sink string
+		if err := rows.Scan(&key, &sink); err != nil {
+			return nil, fmt.Errorf("looking up the queues of %d keys: %w", len(keys), err)
+		}
+		out[key] = append(out[key], sink)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("looking up the queues of %d keys: %w", len(keys), err)
+	}
+	return out, nil
+}
+
+// ReadSlot implements store.Store: MySQL has no replication slot a relay
+// reads (its binary log is not read).
+func (s *Store) ReadSlot(context.Context, string) (store.Slot, error) {
+	return store.Slot{}, store.ErrNoSlot
 }

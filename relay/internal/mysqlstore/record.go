@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -20,15 +21,16 @@ import (
 // transaction holds is left in place rather than waited for, and on a
 // fan-out the other rows of its key stay too (recorded now, they would go
 // before it on the sinks where it failed). The rows left are returned.
-func (s *Store) Record(ctx context.Context, owner string, o *store.Outcome, keepDone bool) (left []int64, err error) {
-	if o.Happy() && len(o.OutboxSeqs) == 0 {
-		return nil, nil
+func (s *Store) Record(ctx context.Context, owner string, o *store.Outcome, keepDone bool) (store.Recorded, error) {
+	if o.FromEvents.Len() > 0 {
+		return store.Recorded{}, errors.New("recording events read from a write-ahead log: WAL capture is PostgreSQL's (MySQL's binary log is not read)")
 	}
 	var removed int
+	var held uint64
 	skipLocked := !o.Happy()
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		removed, err = s.record(ctx, tx, owner, o, keepDone, skipLocked)
+		removed, held, err = s.record(ctx, tx, owner, o, keepDone, skipLocked)
 		if lockWaitTimeout(err) {
 			skipLocked = true // inTx runs it again: then around the row held
 		}
@@ -36,27 +38,40 @@ func (s *Store) Record(ctx context.Context, owner string, o *store.Outcome, keep
 	})
 	if err != nil {
 		n := len(o.OutboxSeqs) + len(o.DeleteSeqs) + o.Demote.Len() + o.Heads.Len()
-		return nil, fmt.Errorf("recording the outcome of %d events and deliveries: %w", n, dataError(err))
+		return store.Recorded{}, fmt.Errorf("recording the outcome of %d events and deliveries: %w", n, dataError(err))
+	}
+	rec := store.Recorded{Fenced: o.Fence.Mask &^ held}
+	if held&o.Fence.Mask == 0 {
+		return rec, store.ErrFenced
 	}
 	if removed < len(o.OutboxSeqs) {
-		return s.left(ctx, o.OutboxSeqs)
+		if rec.Left, err = s.left(ctx, o.OutboxSeqs, held); err != nil {
+			return rec, err
+		}
 	}
-	return nil, nil
+	return rec, nil
 }
 
-// record writes o in tx and returns how many outbox rows it removed; with
-// skipLocked it locks the outbox rows first (lockRows), else it removes
-// them directly (only on the happy path, which needs no row left behind
-// for its key's sake).
-func (s *Store) record(ctx context.Context, tx *sql.Tx, owner string, o *store.Outcome, keepDone, skipLocked bool) (int, error) {
-	mask, err := s.laneMask(ctx, tx, s.sql.lockLanes, owner)
+// record writes o in tx and returns how many outbox rows it removed and
+// the lanes of its fence it held; with skipLocked it locks the outbox rows
+// first (lockRows), else it removes them directly (only on the happy path,
+// which needs no row left behind for its key's sake).
+func (s *Store) record(ctx context.Context, tx *sql.Tx, owner string, o *store.Outcome, keepDone, skipLocked bool) (int, uint64, error) {
+	mask, err := s.fence(ctx, tx, owner, &o.Fence)
 	if err != nil {
-		return 0, fmt.Errorf("locking the lanes of %s: %w", owner, err)
+		return 0, 0, err
 	}
 	if mask == 0 {
-		return 0, nil // every lane taken over: the new owner records
+		return 0, 0, nil // fenced out of every lane: their owner records
 	}
-	fence := lanes(mask)
+	n, err := s.recordIn(ctx, tx, o, lanes(mask), keepDone, skipLocked)
+	return n, mask, err
+}
+
+// recordIn writes o in tx, in the lanes of fence, and returns how many
+// outbox rows it removed.
+func (s *Store) recordIn(ctx context.Context, tx *sql.Tx, o *store.Outcome, fence []any, keepDone, skipLocked bool) (int, error) {
+	var err error
 	remove := o.OutboxSeqs
 	if skipLocked && len(o.OutboxSeqs) > 0 {
 		if remove, err = s.lockRows(ctx, tx, fence, o); err != nil {
@@ -181,13 +196,10 @@ type outcomeRow struct {
 	State     string  `json:"state,omitempty"`
 	Stops     bool    `json:"stops"`
 	Attempts  int32   `json:"attempts"`
-	NextAt    *string `json:"next_at,omitempty"`
+	Delay     int64   `json:"delay"` // µs after the database's clock
 	LastError *string `json:"last_error,omitempty"`
 	Taken     bool    `json:"taken"`
 }
-
-// dateTime is how a DATETIME(6) is written in JSON for JSON_TABLE.
-const dateTime = "2006-01-02 15:04:05.000000"
 
 // execOutcomes runs stmt (parameters: outcomes, lanes) on the deliveries
 // of d, those of the outbox rows in only when only is not nil, marking as
@@ -200,11 +212,8 @@ func (s *Store) execOutcomes(ctx context.Context, tx *sql.Tx, stmt string, d *st
 				continue
 			}
 		}
-		r := outcomeRow{Seq: d.Seqs[i], Sink: d.Sinks[i], State: d.States[i], Stops: d.Stops[i], Attempts: d.Attempts[i]}
-		if t := d.NextAt[i]; !t.IsZero() {
-			at := t.UTC().Format(dateTime)
-			r.NextAt = &at
-		}
+		r := outcomeRow{Seq: d.Seqs[i], Sink: d.Sinks[i], State: d.States[i], Stops: d.Stops[i], Attempts: d.Attempts[i],
+			Delay: d.Delays[i].Microseconds()}
 		if e := d.LastErrors[i]; e.Valid {
 			r.LastError = &e.String
 		}
@@ -266,13 +275,6 @@ type queuePair struct {
 	Sink string `json:"sink"`
 }
 
-// Promote gives each queue (keys[i], sinks[i]) that has waiting
-// deliveries and no head its lowest waiting delivery as head, due at once,
-// in any lane: for the dead-letter operations, which hold every lane.
-func (s *Store) Promote(ctx context.Context, tx *sql.Tx, keys, sinks []string) error {
-	return s.promote(ctx, tx, keys, sinks, lanes(^uint64(0)))
-}
-
 // promote gives each queue (keys[i], sinks[i]) of the lanes of fence that
 // has waiting deliveries and no head its lowest waiting delivery as head,
 // due at once.
@@ -311,12 +313,14 @@ func (s *Store) promote(ctx context.Context, tx *sql.Tx, keys, sinks []string, f
 	return s.execRows(ctx, tx, s.sql.promote, next, fence)
 }
 
-// left returns which of seqs are still pending outbox rows after a record.
-func (s *Store) left(ctx context.Context, seqs []int64) ([]int64, error) {
-	args := make([]any, len(seqs))
-	for i, seq := range seqs {
-		args[i] = seq
+// left returns which of seqs, in the lanes of mask, are still pending
+// outbox rows after a record.
+func (s *Store) left(ctx context.Context, seqs []int64, mask uint64) ([]int64, error) {
+	args := make([]any, 0, len(seqs)+3)
+	for _, seq := range seqs {
+		args = append(args, seq)
 	}
+	args = append(args, lanes(mask)...)
 	rows, err := s.db.QueryContext(ctx, inList(s.sql.left, len(seqs)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("finding events left in the outbox: %w", err)

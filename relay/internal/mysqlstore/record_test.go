@@ -40,7 +40,7 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	// While a record holds the old relay's lanes, they cannot be taken.
 	next := b.relay(t, "new-relay")
 	err = old.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := old.Store.record(ctx, tx, old.owner, &store.Outcome{OutboxSeqs: seqs[:1]}, false, false); err != nil {
+		if _, _, err := old.Store.record(ctx, tx, old.owner, &store.Outcome{OutboxSeqs: seqs[:1], Fence: old.leases}, false, false); err != nil {
 			return err
 		}
 		if held, _, err := next.takeLanes(ctx, time.Hour); err != nil || held != 0 {
@@ -60,12 +60,12 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	if err != nil || held != ^uint64(0) || takenOver != ^uint64(0) {
 		t.Fatalf("new relay holds %064b, took over %064b: %v", held, takenOver, err)
 	}
-	if left, err := old.record(ctx, &store.Outcome{OutboxSeqs: seqs[1:]}); err != nil || !slices.Equal(left, seqs[1:]) {
-		t.Fatalf("the old relay's record left %v (%v), want %v", left, err, seqs[1:])
+	if rec, err := old.recordAll(ctx, &store.Outcome{OutboxSeqs: seqs[1:]}); !errors.Is(err, store.ErrFenced) || rec.Left != nil || rec.Fenced != old.leases.Mask {
+		t.Fatalf("the old relay's record left %v, fenced %064b (%v), want nothing left and every lane fenced", rec.Left, rec.Fenced, err)
 	}
 	retry := &store.Outcome{OutboxSeqs: seqs[1:]}
-	retry.FromOutbox.Add(seqs[2], "mem", store.Ready, false, 1, time.Now().Add(time.Hour), boom)
-	if _, err := old.record(ctx, retry); err != nil {
+	retry.FromOutbox.Add(seqs[2], "mem", store.Ready, false, 1, time.Hour, boom)
+	if _, err := old.record(ctx, retry); !errors.Is(err, store.ErrFenced) {
 		t.Fatal(err)
 	}
 	if n := b.count(t, "true"); n != 2 {
@@ -90,8 +90,8 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	if err := next.Store.ReleaseLanes(ctx, next.owner, 1<<lane(seqs[1])); err != nil {
 		t.Fatal(err)
 	}
-	if left, err := next.record(ctx, &store.Outcome{OutboxSeqs: []int64{seqs[1], c}}); err != nil || !slices.Equal(left, seqs[1:2]) {
-		t.Fatalf("a happy record with a row on a lane released left %v (%v), want %v", left, err, seqs[1:2])
+	if rec, err := next.recordAll(ctx, &store.Outcome{OutboxSeqs: []int64{seqs[1], c}}); err != nil || rec.Left != nil || rec.Fenced != 1<<lane(seqs[1]) {
+		t.Fatalf("a happy record with a row on a lane released left %v, fenced %064b (%v), want lane %d fenced", rec.Left, rec.Fenced, err, lane(seqs[1]))
 	}
 	if n := b.count(t, fmt.Sprint("seq = ", c)); n != 0 {
 		t.Fatalf("c's row on a lane held is still there")
@@ -102,7 +102,7 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 
 	// The new owner's deliveries are its own too.
 	failed := &store.Outcome{OutboxSeqs: seqs[1:], OutboxKeys: []string{"b", ""}}
-	failed.FromOutbox.Add(seqs[1], "mem", store.Ready, false, 1, time.Now().Add(time.Hour), boom)
+	failed.FromOutbox.Add(seqs[1], "mem", store.Ready, false, 1, time.Hour, boom)
 	if left, err := next.record(ctx, failed); err != nil || left != nil {
 		t.Fatalf("the new owner's record left %v: %v", left, err)
 	}
@@ -111,10 +111,10 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	}
 	stale := &store.Outcome{}
 	stale.Delete("mem", seqs[1])
-	stale.Demote.Add(seqs[1], "mem", store.Dead, false, 2, time.Time{}, boom)
-	stale.Heads.Add(seqs[1], "mem", store.Ready, false, 3, time.Now(), boom)
+	stale.Demote.Add(seqs[1], "mem", store.Dead, false, 2, 0, boom)
+	stale.Heads.Add(seqs[1], "mem", store.Ready, false, 3, 0, boom)
 	stale.PromoteKeys, stale.PromoteSinks = []string{"b"}, []string{"mem"}
-	if _, err := old.record(ctx, stale); err != nil {
+	if _, err := old.record(ctx, stale); !errors.Is(err, store.ErrFenced) {
 		t.Fatal(err)
 	}
 	if n := b.countDeliveries(t, "state = 'ready' AND attempts = 1"); n != 1 {
@@ -150,8 +150,8 @@ func TestRecordSkipsLockedRows(t *testing.T) {
 	// A fan-out: a's first row is held, so a's second stays; b fails on
 	// sink s, c goes.
 	o := &store.Outcome{OutboxSeqs: seqs, OutboxKeys: []string{"a", "a", "b", "c"}}
-	o.FromOutbox.Add(seqs[1], "s", store.Ready, false, 1, time.Time{}, boom)
-	o.FromOutbox.Add(seqs[2], "s", store.Ready, false, 1, time.Time{}, boom)
+	o.FromOutbox.Add(seqs[1], "s", store.Ready, false, 1, 0, boom)
+	o.FromOutbox.Add(seqs[2], "s", store.Ready, false, 1, 0, boom)
 	left, err := r.record(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -211,9 +211,9 @@ func TestRecordQueueOutcomes(t *testing.T) {
 	}
 	seqs := b.insert(t, ev{"t", "k"}, ev{"t", "k"}, ev{"t", "j"})
 	o := &store.Outcome{OutboxSeqs: seqs, OutboxKeys: []string{"k", "k", "j"}}
-	o.FromOutbox.Add(seqs[0], "s", store.Ready, false, 1, time.Time{}, boom)
-	o.FromOutbox.Add(seqs[1], "s", store.Waiting, false, 0, time.Time{}, nullString)
-	o.FromOutbox.Add(seqs[2], "", store.Ready, false, 0, time.Time{}, nullString)
+	o.FromOutbox.Add(seqs[0], "s", store.Ready, false, 1, 0, boom)
+	o.FromOutbox.Add(seqs[1], "s", store.Waiting, false, 0, 0, nullString)
+	o.FromOutbox.Add(seqs[2], "", store.Ready, false, 0, 0, nullString)
 	if _, err := r.record(ctx, o); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestRecordQueueOutcomes(t *testing.T) {
 	// claimed it before k's queue existed): the database makes it wait.
 	seqs = append(seqs[:2], b.insert(t, ev{"t", "k"})[0], seqs[2])
 	o = &store.Outcome{OutboxSeqs: seqs[2:3], OutboxKeys: []string{"k"}}
-	o.FromOutbox.Add(seqs[2], "s", store.Ready, false, 0, time.Time{}, nullString)
+	o.FromOutbox.Add(seqs[2], "s", store.Ready, false, 0, 0, nullString)
 	if _, err := r.record(ctx, o); err != nil {
 		t.Fatal(err)
 	}
@@ -242,8 +242,8 @@ func TestRecordQueueOutcomes(t *testing.T) {
 	o = &store.Outcome{PromoteKeys: []string{"k", "j"}, PromoteSinks: []string{"s", ""}}
 	o.Delete("s", seqs[0])
 	o.Delete("", seqs[3])
-	o.FromRouting.Add(seqs[3], "s", store.Ready, false, 0, time.Time{}, nullString)
-	o.FromRouting.Add(seqs[3], "t", store.Dead, true, 5, time.Time{}, boom)
+	o.FromRouting.Add(seqs[3], "s", store.Ready, false, 0, 0, nullString)
+	o.FromRouting.Add(seqs[3], "t", store.Dead, true, 5, 0, boom)
 	if _, err := r.record(ctx, o); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestRecordQueueOutcomes(t *testing.T) {
 	// k's new head fails for good without stopping its key (demoted to a
 	// dead letter), the next promoted; then that one is retried later.
 	o = &store.Outcome{PromoteKeys: []string{"k"}, PromoteSinks: []string{"s"}}
-	o.Demote.Add(seqs[1], "s", store.Dead, false, 3, time.Time{}, boom)
+	o.Demote.Add(seqs[1], "s", store.Dead, false, 3, 0, boom)
 	if _, err := r.record(ctx, o); err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestRecordQueueOutcomes(t *testing.T) {
 		t.Fatalf("the next delivery after a dead letter is %s, want ready", got)
 	}
 	o = &store.Outcome{}
-	o.Heads.Add(seqs[2], "s", store.Ready, false, 1, time.Now().Add(time.Hour), boom)
+	o.Heads.Add(seqs[2], "s", store.Ready, false, 1, time.Hour, boom)
 	if _, err := r.record(ctx, o); err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestRecordQueueOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	o = &store.Outcome{}
-	o.Heads.Add(seqs[2], "s", store.Ready, false, 2, time.Time{}, boom)
+	o.Heads.Add(seqs[2], "s", store.Ready, false, 2, 0, boom)
 	if _, err := r.record(ctx, o); err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestRecordDataError(t *testing.T) {
 	}
 	seqs := b.insert(t, ev{"t", "k"}, ev{"t", "j"})
 	o := &store.Outcome{OutboxSeqs: seqs, OutboxKeys: []string{"k", "j"}}
-	o.FromOutbox.Add(seqs[0], strings.Repeat("s", 300), store.Ready, false, 1, time.Time{}, boom)
+	o.FromOutbox.Add(seqs[0], strings.Repeat("s", 300), store.Ready, false, 1, 0, boom)
 	_, err := r.record(ctx, o)
 	var de *store.DataError
 	var me *gomysql.MySQLError
@@ -344,7 +344,7 @@ func TestKeepDoneAndPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	seqs := b.insert(t, ev{"t", "a"}, ev{"t", "b"}, ev{"t", "c"}, ev{"t", "d"})
-	if _, err := r.Record(ctx, r.owner, &store.Outcome{OutboxSeqs: seqs}, true); err != nil {
+	if _, err := r.Record(ctx, r.owner, &store.Outcome{OutboxSeqs: seqs, Fence: r.leases}, true); err != nil {
 		t.Fatal(err)
 	}
 	if n := b.count(t, "status = 'done' AND finished_at IS NOT NULL"); n != 4 {

@@ -37,12 +37,6 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return inTx(ctx, s.db, s.txOptions, fn)
 }
 
-// InTx is Store.inTx on db, for the dead-letter operations
-// (relay/deadletter), whose writes follow the same rules as the relay's.
-func InTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
-	return inTx(ctx, db, txOptionsFor(db), fn)
-}
-
 // txOptionsFor returns the options that begin a READ COMMITTED
 // transaction on db: none when every connection of db runs at that level
 // already (opened by Open), which saves a round trip per transaction.

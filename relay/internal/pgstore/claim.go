@@ -24,7 +24,11 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (fresh, queued [
 	}
 	b := &pgx.Batch{}
 	b.Queue(s.sql.planSQL)
-	b.Queue(s.sql.claimSQL, int64(p.Lanes), p.Rows, lowest, highest, skip, p.EventBytes, p.Bytes, p.Config)
+	after := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	if !p.After.IsZero() {
+		after = pgtype.Timestamptz{Time: p.After.AvailableAt, Valid: true}
+	}
+	b.Queue(s.sql.claimSQL, int64(p.Lanes), p.Rows, lowest, highest, skip, p.EventBytes, p.Bytes, p.Config, after, p.After.Seq)
 	if p.QueueSinks != nil {
 		b.Queue(s.sql.claimQueueSQL, p.QueueSinks, int64(p.Lanes), lowest, highest, p.QueueHeads, p.EventBytes, p.Bytes, p.Config, p.QueueRows)
 	}
@@ -65,6 +69,7 @@ func readClaimed(br pgx.BatchResults, rows int, deliveries bool) ([]store.Claime
 		attempts            int32
 		payloadBytes        int32
 		createdAt           pgtype.Timestamptz
+		availableAt         pgtype.Timestamptz
 	)
 	for res.Next() {
 		c := store.Claimed{Delivery: deliveries}
@@ -72,6 +77,8 @@ func readClaimed(br pgx.BatchResults, rows int, deliveries bool) ([]store.Claime
 			&createdAt, &maxAttempts, &c.Lane, &c.Queued, &payloadBytes}
 		if deliveries {
 			dest = append(dest, &c.Sink, &attempts, &c.Head, &c.Elsewhere)
+		} else {
+			dest = append(dest, &availableAt)
 		}
 		// pgx scans a []byte into a new slice (or nil) for each row, so
 		// the slices kept below are the row's own.
@@ -81,6 +88,9 @@ func readClaimed(br pgx.BatchResults, rows int, deliveries bool) ([]store.Claime
 		c.ID, c.Key, c.ContentType = uuidString(id), key.String, contentType.String
 		c.Payload, c.PayloadBin, c.Headers, c.PayloadBytes = payload, payloadBin, headers, int64(payloadBytes)
 		c.MaxAttempts, c.Attempts = int(maxAttempts.Int32), int(attempts)
+		if availableAt.InfinityModifier == pgtype.Finite {
+			c.AvailableAt = availableAt.Time
+		}
 		if createdAt.InfinityModifier != pgtype.Finite {
 			c.CreatedAtErr = errors.New("created_at is infinity or -infinity, not a time")
 		} else {

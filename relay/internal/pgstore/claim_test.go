@@ -39,7 +39,7 @@ func TestClaimTestsLanesOnTheIndex(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	got := queryPlan(t, conn, "EXPLAIN EXECUTE claim(65535, 1000, 0, 15, '{}', 16777216, 67108864, '')")
+	got := queryPlan(t, conn, "EXPLAIN EXECUTE claim(65535, 1000, 0, 15, '{}', 16777216, 67108864, '', '-infinity', 0)")
 	if !strings.Contains(got, "claim_lane_idx") {
 		t.Fatalf("the claim does not use the claim index:\n%s", got)
 	}
@@ -76,7 +76,7 @@ func TestClaimSkipsQueueLookupsWithoutQueues(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	got := queryPlan(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.sql.claimSQL,
-		int64(-1), 1000, 0, 63, []int64{}, int64(16<<20), int64(64<<20), "")
+		int64(-1), 1000, 0, 63, []int64{}, int64(16<<20), int64(64<<20), "", noPosition, int64(0))
 	if !strings.Contains(got, "rows=100 ") {
 		t.Fatalf("the claim did not claim the 100 events:\n%s", got)
 	}
@@ -104,7 +104,7 @@ func TestHotKeyClaimIsLinear(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		return queryPlan(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.sql.claimSQL, int64(-1), 1000, 0, 63, []int64{}, int64(16<<20), int64(64<<20), "")
+		return queryPlan(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+s.sql.claimSQL, int64(-1), 1000, 0, 63, []int64{}, int64(16<<20), int64(64<<20), "", noPosition, int64(0))
 	}
 	// inQueue moves the outbox rows of key into deliveries on sinks, in
 	// state (ready or dead).

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/migrations/pgtest"
 	"github.com/heraldhq/herald/relay/internal/store"
 )
 
@@ -76,6 +76,9 @@ func (b *bundle) countDeliveries(t testing.TB, where string) int {
 type relayOn struct {
 	*Store
 	owner string
+	// leases are the lanes takeLanes found held: records are fenced by
+	// them unless they say otherwise.
+	leases store.Leases
 }
 
 func newRelayOn(pool *pgxpool.Pool, t migrations.Tables, owner string) *relayOn {
@@ -90,7 +93,13 @@ func (r *relayOn) takeLanes(ctx context.Context, lease time.Duration) (held, tak
 		return 0, 0, err
 	}
 	acquired, takenOver, err := r.AcquireLanes(ctx, r.owner, lease, 0, store.Lanes-1)
-	return v.Held | acquired, takenOver, err
+	r.leases = v.Held
+	for lane := range store.Lanes {
+		if acquired.Mask&(1<<uint(lane)) != 0 {
+			r.leases.Add(lane, acquired.Epochs[lane])
+		}
+	}
+	return r.leases.Mask, takenOver, err
 }
 
 // claim claims from every lane, at most rows outbox rows and rows
@@ -101,10 +110,21 @@ func (r *relayOn) claim(ctx context.Context, rows int, sinks ...string) (fresh, 
 		heads[i] = int32(rows)
 	}
 	return r.Claim(ctx, store.ClaimParams{Lanes: ^uint64(0), Rows: rows, Bytes: 32 << 20, EventBytes: 16 << 20,
-		QueueSinks: sinks, QueueHeads: heads, QueueRows: rows})
+		QueueSinks: sinks, QueueHeads: heads, QueueRows: heads})
 }
 
+// record records o, fenced by the leases takeLanes found unless o has a
+// fence, and returns the rows it left.
 func (r *relayOn) record(ctx context.Context, o *store.Outcome) ([]int64, error) {
+	rec, err := r.recordAll(ctx, o)
+	return rec.Left, err
+}
+
+// recordAll is record returning all the store says.
+func (r *relayOn) recordAll(ctx context.Context, o *store.Outcome) (store.Recorded, error) {
+	if o.Fence.Mask == 0 {
+		o.Fence = r.leases
+	}
 	return r.Record(ctx, r.owner, o, false)
 }
 
@@ -125,4 +145,14 @@ func queryPlan(t *testing.T, db interface {
 		t.Fatal(err)
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// expireLeases ends every held lane's lease a second ago on the database's
+// clock, as if their owners had stopped renewing them a lease ago: a
+// takeover without waiting for a lease.
+func (b *bundle) expireLeases(t testing.TB) {
+	t.Helper()
+	if _, err := b.pool.Exec(context.Background(), "UPDATE "+b.tables.Lanes()+" SET lease_until = now() - interval '1 second' WHERE owner IS NOT NULL"); err != nil {
+		t.Fatalf("expiring the lanes' leases: %v", err)
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/migrations"
-	"github.com/heraldhq/herald/relay/internal/queue"
 	"github.com/heraldhq/herald/relay/internal/store"
 )
 
@@ -65,16 +63,19 @@ func (s *Store) Renew(ctx context.Context, owner, config string, lease time.Dura
 	b.Queue(s.sql.renewSQL, owner, lease)
 	br := s.pool.SendBatch(ctx, b)
 	var v store.LaneView
-	var owned []int16
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&v.Live, &v.Rank, &v.Current)
+		err = br.QueryRow().Scan(&v.Live, &v.Rank, &v.Current, &v.Now)
 	}
 	if err == nil {
 		var rows pgx.Rows
-		rows, err = br.Query()
-		if err == nil {
-			owned, err = pgx.CollectRows(rows, pgx.RowTo[int16])
+		if rows, err = br.Query(); err == nil {
+			var lane int16
+			var epoch int64
+			_, err = pgx.ForEachRow(rows, []any{&lane, &epoch}, func() error {
+				v.Held.Add(int(lane), epoch)
+				return nil
+			})
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -82,9 +83,6 @@ func (s *Store) Renew(ctx context.Context, owner, config string, lease time.Dura
 	}
 	if err != nil {
 		return store.LaneView{}, fmt.Errorf("renewing lanes: %w", err)
-	}
-	for _, l := range owned {
-		v.Held |= 1 << uint(l)
 	}
 	return v, nil
 }
@@ -109,22 +107,23 @@ func laneList(mask uint64) []int16 {
 }
 
 // AcquireLanes implements store.Store.
-func (s *Store) AcquireLanes(ctx context.Context, owner string, lease time.Duration, first, last int) (acquired, takenOver uint64, err error) {
+func (s *Store) AcquireLanes(ctx context.Context, owner string, lease time.Duration, first, last int) (acquired store.Leases, takenOver uint64, err error) {
 	rows, err := s.pool.Query(ctx, s.sql.acquireSQL, owner, lease, first, last)
 	if err != nil {
-		return 0, 0, fmt.Errorf("acquiring lanes: %w", err)
+		return store.Leases{}, 0, fmt.Errorf("acquiring lanes: %w", err)
 	}
 	var lane int16
 	var taken bool
-	_, err = pgx.ForEachRow(rows, []any{&lane, &taken}, func() error {
-		acquired |= 1 << uint(lane)
+	var epoch int64
+	_, err = pgx.ForEachRow(rows, []any{&lane, &taken, &epoch}, func() error {
+		acquired.Add(int(lane), epoch)
 		if taken {
 			takenOver |= 1 << uint(lane)
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("acquiring lanes: %w", err)
+		return store.Leases{}, 0, fmt.Errorf("acquiring lanes: %w", err)
 	}
 	return acquired, takenOver, nil
 }
@@ -183,13 +182,13 @@ func (s *Store) SinksWithDeliveries(ctx context.Context) ([]string, error) {
 	return present, nil
 }
 
-// DeadLetterSinks implements store.Store.
-func (s *Store) DeadLetterSinks(ctx context.Context, owner string, sinks []string, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, s.sql.unroutedSQL, owner, sinks, limit)
-	if err != nil {
-		return 0, fmt.Errorf("dead-lettering deliveries for sinks no route names (%s): %w", strings.Join(sinks, ", "), err)
+// CountWaiting implements store.Store.
+func (s *Store) CountWaiting(ctx context.Context, sink string) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, s.sql.countWaitingSQL, sink).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting the deliveries waiting for sink %s: %w", sink, err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // AddPublished implements store.Store, in one transaction.
@@ -301,7 +300,7 @@ func (s *Store) Listen(ctx context.Context, wake func(queues bool)) error {
 		if err != nil {
 			return err
 		}
-		wake(n.Payload == queue.Notification)
+		wake(n.Payload == queuesChanged)
 	}
 }
 

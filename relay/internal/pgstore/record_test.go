@@ -3,13 +3,14 @@ package pgstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/heraldhq/herald/migrations/pgtest"
+	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/relay/internal/store"
 )
 
@@ -33,14 +34,15 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 		t.Fatalf("claimed %d rows: %v", len(rows), err)
 	}
 
-	// While a record holds the old relay's lanes, they cannot be taken.
-	time.Sleep(lease + 100*time.Millisecond)
+	// While a record holds the old relay's lanes, they cannot be taken,
+	// even once their lease ran out.
+	b.expireLeases(t)
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, old.sql.removals[0][0].happy, old.owner, []int64{seqs[0]}); err != nil {
+	if _, err := tx.Exec(ctx, old.sql.removals[0][0].happy, old.owner, []int64{seqs[0]}, epochs(&old.leases)); err != nil {
 		t.Fatal(err)
 	}
 	next := newRelayOn(b.pool, b.tables, "new-relay")
@@ -59,12 +61,12 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	if err != nil || held != ^uint64(0) || takenOver != ^uint64(0) {
 		t.Fatalf("new relay holds %064b, took over %064b: %v", held, takenOver, err)
 	}
-	if _, err := old.record(ctx, &store.Outcome{OutboxSeqs: seqs[1:]}); err != nil {
-		t.Fatal(err)
+	if rec, err := old.recordAll(ctx, &store.Outcome{OutboxSeqs: seqs[1:]}); !errors.Is(err, store.ErrFenced) || rec.Left != nil || rec.Fenced != old.leases.Mask {
+		t.Fatalf("the old relay's record left %v, fenced %064b (%v), want nothing left and every lane fenced", rec.Left, rec.Fenced, err)
 	}
 	retry := &store.Outcome{OutboxSeqs: seqs[1:]}
-	retry.FromOutbox.Add(seqs[2], "mem", "ready", false, 1, time.Now().Add(time.Hour), boom)
-	if _, err := old.record(ctx, retry); err != nil {
+	retry.FromOutbox.Add(seqs[2], "mem", "ready", false, 1, time.Hour, boom)
+	if _, err := old.record(ctx, retry); !errors.Is(err, store.ErrFenced) {
 		t.Fatal(err)
 	}
 	if n := b.count(t, "true"); n != 2 {
@@ -77,7 +79,7 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	// The new owner's deliveries are its own too: key b's event waits on
 	// sink mem, and the old relay can neither remove nor rewrite it.
 	failed := &store.Outcome{OutboxSeqs: seqs[1:]}
-	failed.FromOutbox.Add(seqs[1], "mem", "ready", false, 1, time.Now().Add(time.Hour), boom)
+	failed.FromOutbox.Add(seqs[1], "mem", "ready", false, 1, time.Hour, boom)
 	if _, err := next.record(ctx, failed); err != nil {
 		t.Fatal(err)
 	}
@@ -86,10 +88,10 @@ func TestRecordIsFencedByLanes(t *testing.T) {
 	}
 	stale := &store.Outcome{}
 	stale.Delete("mem", seqs[1])
-	stale.Demote.Add(seqs[1], "mem", "dead", false, 2, time.Time{}, boom)
-	stale.Heads.Add(seqs[1], "mem", "ready", false, 3, time.Now(), boom)
+	stale.Demote.Add(seqs[1], "mem", "dead", false, 2, 0, boom)
+	stale.Heads.Add(seqs[1], "mem", "ready", false, 3, 0, boom)
 	stale.PromoteKeys, stale.PromoteSinks = []string{"b"}, []string{"mem"}
-	if _, err := old.record(ctx, stale); err != nil {
+	if _, err := old.record(ctx, stale); !errors.Is(err, store.ErrFenced) {
 		t.Fatal(err)
 	}
 	if n := b.countDeliveries(t, "state = 'ready' AND attempts = 1"); n != 1 {
@@ -160,20 +162,20 @@ func TestStatementsKeepToTheIndexesAsTablesGrow(t *testing.T) {
 		}
 		claim()
 		o := &store.Outcome{OutboxSeqs: seqs[:3]}
-		o.FromOutbox.Add(seqs[0], "a", "ready", false, 1, time.Time{}, boom)
-		o.FromOutbox.Add(seqs[1], "a", "waiting", false, 0, time.Time{}, sql.NullString{})
-		o.FromOutbox.Add(seqs[2], "", "waiting", false, 0, time.Time{}, sql.NullString{})
+		o.FromOutbox.Add(seqs[0], "a", "ready", false, 1, 0, boom)
+		o.FromOutbox.Add(seqs[1], "a", "waiting", false, 0, 0, sql.NullString{})
+		o.FromOutbox.Add(seqs[2], "", "waiting", false, 0, 0, sql.NullString{})
 		record(o) // fan out
 		claim()
 		o = &store.Outcome{}
 		o.Delete("a", seqs[0])
-		o.Heads.Add(seqs[1], "a", "ready", false, 1, time.Time{}, boom)
+		o.Heads.Add(seqs[1], "a", "ready", false, 1, 0, boom)
 		o.PromoteKeys, o.PromoteSinks = []string{key}, []string{"a"}
 		record(o) // the head delivered, its follower failed
 		claim()
 		o = &store.Outcome{}
-		o.Demote.Add(seqs[1], "a", "dead", false, 2, time.Time{}, boom)
-		o.FromRouting.Add(seqs[2], "a", "ready", false, 0, time.Time{}, sql.NullString{})
+		o.Demote.Add(seqs[1], "a", "dead", false, 2, 0, boom)
+		o.FromRouting.Add(seqs[2], "a", "ready", false, 0, 0, sql.NullString{})
 		o.Delete("", seqs[2])
 		o.PromoteKeys, o.PromoteSinks = []string{key, key}, []string{"a", ""}
 		record(o) // dead; the routing step's delivery routed

@@ -16,6 +16,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 )
 
@@ -42,16 +43,17 @@ type Store interface {
 	// Renew heartbeats owner (as Heartbeat) and renews the lanes it holds,
 	// then reports the live relays running the newest configuration: how
 	// many, how many of them sort before owner, whether owner's config is
-	// the newest, and the lanes owner holds. One round trip.
+	// the newest, the lanes owner holds with their epochs, and the
+	// database's clock. One round trip.
 	Renew(ctx context.Context, owner, config string, lease time.Duration, paused []string) (LaneView, error)
 	// ReleaseLanes gives back the lanes of mask that owner holds.
 	ReleaseLanes(ctx context.Context, owner string, mask uint64) error
 	// AcquireLanes takes, for lease, the lanes first to last (inclusive)
 	// that no live relay holds, skipping those another relay is taking at
-	// the same moment. It returns the lanes taken, and among them those
-	// taken over from an owner whose lease had expired (it may have died
-	// with a batch in flight), as masks.
-	AcquireLanes(ctx context.Context, owner string, lease time.Duration, first, last int) (acquired, takenOver uint64, err error)
+	// the same moment, each under a new epoch. It returns the lanes taken
+	// with their epochs, and among them those taken over from an owner
+	// whose lease had expired (it may have died with a batch in flight).
+	AcquireLanes(ctx context.Context, owner string, lease time.Duration, first, last int) (acquired Leases, takenOver uint64, err error)
 	// ReleaseAll gives back every lane of owner and removes its heartbeat,
 	// so that other relays take over at once.
 	ReleaseAll(ctx context.Context, owner string) error
@@ -63,22 +65,35 @@ type Store interface {
 	// anything: holding the lanes is what reserves it. An empty lane mask
 	// is not allowed (the engine claims nothing then).
 	Claim(ctx context.Context, p ClaimParams) (fresh, queued []Claimed, err error)
-	// Record writes a batch's outcome in one transaction, fenced by lane.
-	// The outbox rows go (deleted, or with keepDone marked done). A row
-	// another transaction holds locked is not waited for long: the outcome
-	// is written without it, and left lists the outbox rows left in place
-	// (the engine claims them again later). An error of the database
+	// Record writes a batch's outcome in one transaction, fenced by
+	// o.Fence: it writes only rows of the fence's lanes that owner still
+	// holds under the epoch the fence names, so that an outcome of work
+	// claimed under a lease that has since been lost (even if the lane came
+	// back to owner later) changes nothing. The result says which lanes
+	// were fenced out; when all were, nothing was written and the error is
+	// ErrFenced. The outbox rows go (deleted, or with keepDone marked
+	// done). A row another transaction holds locked is not waited for
+	// long: the outcome is written without it, and the result lists it as
+	// left (the engine claims it again later). An error of the database
 	// refusing the data (a constraint, a value out of range) is a
 	// *DataError.
-	Record(ctx context.Context, owner string, o *Outcome, keepDone bool) (left []int64, err error)
+	Record(ctx context.Context, owner string, o *Outcome, keepDone bool) (Recorded, error)
 
 	// SinksWithDeliveries lists the sinks that have deliveries (any state,
 	// any lane; "" is the routing step).
 	SinksWithDeliveries(ctx context.Context) ([]string, error)
-	// DeadLetterSinks turns at most limit deliveries of owner's lanes
-	// waiting for one of sinks into dead letters that do not stop their
-	// key, saying that no route names their sink. It returns how many.
-	DeadLetterSinks(ctx context.Context, owner string, sinks []string, limit int) (int64, error)
+	// CountWaiting counts the deliveries of sink that are not dead
+	// letters (any lane): what waits for it.
+	CountWaiting(ctx context.Context, sink string) (int64, error)
+	// QueuedSinks returns, of keys, those that have a queue (a head) on
+	// some sink, with those sinks ("" is the routing step): an event read
+	// from the write-ahead log joins its key's queues, as a claimed outbox
+	// row does (Claimed.Queued).
+	QueuedSinks(ctx context.Context, keys []string) (map[string][]string, error)
+	// ReadSlot reports the log position named name (a replication slot,
+	// CaptureWAL): how much log it keeps on the server and how far behind
+	// it is. ErrNoSlot when there is none.
+	ReadSlot(ctx context.Context, name string) (Slot, error)
 	// RemoveDeparted removes the heartbeats of relays gone for a while.
 	RemoveDeparted(ctx context.Context) error
 	// PurgeDone removes at most limit outbox rows marked done longer than
@@ -100,6 +115,52 @@ type Store interface {
 	Listen(ctx context.Context, wake func(queues bool)) error
 }
 
+// Capture is a stream of committed events read from the database's log
+// rather than claimed from the outbox table (on PostgreSQL, the events
+// outbox_emit wrote into the write-ahead log, read from a logical
+// replication slot: relay/internal/walcapture). One reader reads a stream
+// at a time; a new Capture resumes where the last one confirmed.
+type Capture interface {
+	// Prepare creates the stream's position (the slot) unless it exists:
+	// what is written to the log before that is not read.
+	Prepare(ctx context.Context) error
+	// Run reads until ctx ends (nil) or the stream fails (an error).
+	Run(ctx context.Context) error
+	// Arrived is signalled when events arrive to be taken.
+	Arrived() <-chan struct{}
+	// Take removes and returns at most max events, in commit order.
+	Take(max int) []LogEvent
+	// Settled says that the events of the oldest Take not yet settled
+	// are delivered, dead-lettered or written to the deliveries table:
+	// the stream may be confirmed past every transaction all of whose
+	// events are settled. Takes are settled in their order.
+	Settled()
+	// Lag returns the commit time of the oldest event read and not
+	// settled (zero when none), and the position last confirmed.
+	Lag() (oldest time.Time, confirmed uint64)
+}
+
+// Slot is a replication slot's state (Store.ReadSlot).
+type Slot struct {
+	Active bool
+	// RetainedBytes is the log the slot keeps on the server's disk;
+	// BehindBytes how far its confirmed position is behind the log's end.
+	RetainedBytes, BehindBytes int64
+	// WALStatus is the server's word on the retained log ("lost": the
+	// slot can no longer be read).
+	WALStatus string
+}
+
+// ErrNoSlot is a slot that does not exist.
+var ErrNoSlot = errors.New("no such replication slot")
+
+// LogEvent is an event read from the database's log.
+type LogEvent struct {
+	Event
+	// CommitTime is when its transaction committed.
+	CommitTime time.Time
+}
+
 // LaneView is what Renew found.
 type LaneView struct {
 	// Live counts the live relays running the newest configuration; Rank
@@ -107,16 +168,60 @@ type LaneView struct {
 	Live, Rank int
 	// Current: the owner runs the newest configuration.
 	Current bool
-	// Held is the mask of lanes the owner holds, renewed.
-	Held uint64
+	// Held are the lanes the owner holds, renewed.
+	Held Leases
+	// Now is the database's clock when it renewed them.
+	Now time.Time
+}
+
+// Leases are lanes held by one owner, each under the epoch of its
+// acquisition: a number the lanes table raises every time a lane changes
+// hands, and never while one owner keeps renewing it. Work claimed under a
+// lease is recorded only while that same lease lasts (Outcome.Fence).
+type Leases struct {
+	// Mask has bit 1<<lane set for each lane held.
+	Mask uint64
+	// Epochs[lane] is the lane's epoch, for the lanes in Mask.
+	Epochs [Lanes]int64
+}
+
+// Add sets lane, under epoch.
+func (l *Leases) Add(lane int, epoch int64) {
+	l.Mask |= 1 << uint(lane)
+	l.Epochs[lane] = epoch
+}
+
+// Only returns the leases of l in the lanes of mask.
+func (l Leases) Only(mask uint64) Leases {
+	l.Mask &= mask
+	return l
+}
+
+// Same reports whether lane is in both l and m under the same epoch.
+func (l *Leases) Same(m *Leases, lane int) bool {
+	bit := uint64(1) << uint(lane)
+	return l.Mask&bit != 0 && m.Mask&bit != 0 && l.Epochs[lane] == m.Epochs[lane]
+}
+
+// Recorded is what a Record wrote, beyond the outcome itself.
+type Recorded struct {
+	// Left lists outbox rows left in place because another transaction
+	// held them locked.
+	Left []int64
+	// Fenced are the lanes of the outcome's fence that owner no longer
+	// held under the fence's epoch: nothing of them was written.
+	Fenced uint64
 }
 
 // ClaimParams say what one claim reads: up to Rows due outbox rows of the
 // lanes in Lanes, in seq order, and, when QueueSinks is not nil, from each
 // queue in QueueSinks ("" is the routing step; the earlier first when bytes
-// run short) up to QueueHeads[i] due heads of those lanes, each followed by
-// the deliveries waiting behind it, QueueRows rows at most per sink. Both
-// reads go in one round trip.
+// run short) up to QueueHeads[i] due heads of those lanes, oldest due
+// first, each followed by the deliveries waiting behind it: QueueRows[i]
+// rows at most for the sink, shared evenly between its heads (each head
+// gets ceil(QueueRows[i] / heads found) rows at most, itself included), so
+// that a queue drains over as many keys at once as it has, not one key's
+// backlog at a time. Both reads go in one round trip.
 type ClaimParams struct {
 	// Config is the claiming relay's configuration: it claims nothing
 	// unless that is the newest live one.
@@ -134,11 +239,26 @@ type ClaimParams struct {
 	EventBytes int64
 	// Skip lists outbox rows not to claim.
 	Skip []int64
+	// After, when not zero, claims only the rows that come after it in
+	// the claim's order (available_at, seq): the walk of the claim index
+	// starts there instead of at its beginning, past the entries of the
+	// rows delivered since (dead until a vacuum), which a long backlog's
+	// drain would otherwise walk at every claim.
+	After Position
 
 	QueueSinks []string
 	QueueHeads []int32
-	QueueRows  int
+	QueueRows  []int32
 }
+
+// Position is a place in the claim's order of outbox rows.
+type Position struct {
+	AvailableAt time.Time
+	Seq         int64
+}
+
+// IsZero reports whether p is no position: the beginning.
+func (p Position) IsZero() bool { return p.Seq == 0 && p.AvailableAt.IsZero() }
 
 // Event is an event's columns as a claim reads them, from an outbox row or
 // from a delivery, undecoded.
@@ -163,6 +283,8 @@ type Event struct {
 	CreatedAtErr error
 	// MaxAttempts is the event's own limit, 0 for the relay's default.
 	MaxAttempts int
+	// AvailableAt is an outbox row's available_at (zero for a delivery).
+	AvailableAt time.Time
 }
 
 // Claimed is one claimed piece of work: an outbox row, or a delivery in a
@@ -204,27 +326,29 @@ type Deliveries struct {
 	// Stops: a dead letter that stops its key (it stays its queue's head).
 	Stops    []bool
 	Attempts []int32
-	// NextAt is a ready delivery's next attempt; the zero time is now.
-	NextAt []time.Time
+	// Delays are when a ready delivery is due: this long after the
+	// database's clock (0 is now). The database's clock, not the relay's:
+	// the relay's host may be minutes off, and the time is compared there.
+	Delays []time.Duration
 	// LastErrors are the errors' texts, valid UTF-8 without NUL; NULL
 	// (not Valid) when there is none.
 	LastErrors []sql.NullString
 }
 
 // Add appends one delivery.
-func (d *Deliveries) Add(seq int64, sink, state string, stops bool, attempts int32, next time.Time, lastError sql.NullString) {
+func (d *Deliveries) Add(seq int64, sink, state string, stops bool, attempts int32, delay time.Duration, lastError sql.NullString) {
 	d.Seqs = append(d.Seqs, seq)
 	d.Sinks = append(d.Sinks, sink)
 	d.States = append(d.States, state)
 	d.Stops = append(d.Stops, stops)
 	d.Attempts = append(d.Attempts, attempts)
-	d.NextAt = append(d.NextAt, next)
+	d.Delays = append(d.Delays, delay)
 	d.LastErrors = append(d.LastErrors, lastError)
 }
 
 // CopyRow appends row i of from.
 func (d *Deliveries) CopyRow(from *Deliveries, i int) {
-	d.Add(from.Seqs[i], from.Sinks[i], from.States[i], from.Stops[i], from.Attempts[i], from.NextAt[i], from.LastErrors[i])
+	d.Add(from.Seqs[i], from.Sinks[i], from.States[i], from.Stops[i], from.Attempts[i], from.Delays[i], from.LastErrors[i])
 }
 
 // Len is the number of deliveries.
@@ -232,6 +356,10 @@ func (d *Deliveries) Len() int { return len(d.Seqs) }
 
 // Outcome is what recording a batch writes.
 type Outcome struct {
+	// Fence are the lanes the outcome's rows were claimed in, under the
+	// epochs they were claimed with: only rows of those lanes are written,
+	// and only while the owner still holds them under those epochs.
+	Fence Leases
 	// OutboxSeqs are the batch's outbox rows: every one leaves the outbox.
 	// OutboxKeys are their keys ("" for none), in the same order: when a
 	// row cannot be removed (another transaction holds it locked), the
@@ -244,13 +372,20 @@ type Outcome struct {
 	// stopping its key) waits instead when the queue already has a head:
 	// the database has the last word.
 	FromOutbox, FromRouting Deliveries
+	// FromEvents are deliveries to insert for events that have no row:
+	// read from the write-ahead log (capture: wal), their columns in
+	// Events (each event once, whatever its number of deliveries). Heads
+	// wait instead as FromOutbox's do.
+	FromEvents Deliveries
+	Events     []Event
 	// DeleteSinks and DeleteSeqs are claimed deliveries to remove
 	// (delivered, or routed from the routing step).
 	DeleteSinks []string
 	DeleteSeqs  []int64
 	// Demote are claimed deliveries that stop being a head (written
 	// first), Heads those that become or stay one (waiting instead when the
-	// queue has another head).
+	// queue has another head). A head written without an error keeps the
+	// one it had.
 	Demote, Heads Deliveries
 	// PromoteKeys and PromoteSinks are the (key, sink) queues that may have
 	// lost their head: each that has waiting deliveries and no head gets
@@ -267,9 +402,13 @@ func (o *Outcome) Delete(sink string, seq int64) {
 // Happy reports whether the outcome only removes outbox rows: every sink
 // took every event, and no delivery was claimed.
 func (o *Outcome) Happy() bool {
-	return o.FromOutbox.Len() == 0 && o.FromRouting.Len() == 0 && len(o.DeleteSeqs) == 0 &&
+	return o.FromOutbox.Len() == 0 && o.FromRouting.Len() == 0 && o.FromEvents.Len() == 0 && len(o.DeleteSeqs) == 0 &&
 		o.Demote.Len() == 0 && o.Heads.Len() == 0 && len(o.PromoteKeys) == 0
 }
+
+// ErrFenced is a record that wrote nothing: the owner no longer held any
+// lane of its fence under the fence's epoch.
+var ErrFenced = errors.New("fenced: the lanes changed hands since the work was claimed")
 
 // DataError is the database refusing a record because of the data it was
 // given (a value out of range, a constraint), rather than because it could
@@ -292,8 +431,9 @@ type StatKey struct {
 // Maintenance says what MaintainTables did, naming the tables.
 type Maintenance struct {
 	Vacuumed, Analyzed []string
-	// HistoryLength is InnoDB's history list length on MySQL (undo records
-	// not yet purged: claims slow down as it grows), 0 on PostgreSQL or
-	// when it cannot be read.
+	// MySQL: the store is MySQL's, and HistoryLength is InnoDB's history
+	// list length (undo records not yet purged: claims slow down as it
+	// grows), 0 when it cannot be read.
+	MySQL         bool
 	HistoryLength int64
 }

@@ -15,11 +15,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/heraldhq/herald/relay/relayconfig"
+	"github.com/heraldhq/herald/internal/relayconfig"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/mqtt"
 	"github.com/heraldhq/herald/sinks/rabbitmq"
 	"github.com/heraldhq/herald/sinks/redis"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Sinks the demo adds on request (Options.Brokers). Redis, RabbitMQ and
@@ -176,7 +177,7 @@ func startRabbitMQ(o Options, run string) (*brokerPeer, error) {
 			got.add(d.MessageId, time.Now())
 		}
 	}()
-	sink, err := rabbitmq.New(SinkRabbitMQ, rabbitmq.Config{URL: sinks.Secret(o.RabbitMQURL)}, o.Logger)
+	sink, err := rabbitmq.New(SinkRabbitMQ, rabbitmq.Config{URL: sinkconfig.Secret(o.RabbitMQURL)}, o.Logger)
 	if err != nil {
 		conn.Close()
 		<-done

@@ -19,8 +19,8 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/pubsub"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/sns"
 	"github.com/heraldhq/herald/sinks/sqs"
 )
@@ -113,7 +113,7 @@ func (d *run) awsEndpoint(ctx context.Context) (*awsServer, error) {
 // connection is the sinks' configuration for the server.
 func (a *awsServer) connection() sqs.Connection {
 	return sqs.Connection{Region: motoRegion, Endpoint: a.endpoint, AccessKeyID: motoAccessKeyID,
-		SecretAccessKey: sinks.Secret(motoSecretAccessKey)}
+		SecretAccessKey: sinkconfig.Secret(motoSecretAccessKey)}
 }
 
 // startMoto starts moto_server (an SQS/SNS-compatible server, `pip install

@@ -19,6 +19,8 @@ package demo
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -38,20 +40,21 @@ import (
 	"github.com/heraldhq/herald/examples/orders/shop"
 	"github.com/heraldhq/herald/examples/orders/templates"
 	"github.com/heraldhq/herald/internal/mysqlurl"
+	"github.com/heraldhq/herald/internal/relayconfig"
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/deadletter"
-	"github.com/heraldhq/herald/relay/relayconfig"
 	"github.com/heraldhq/herald/sinks"
 	"github.com/heraldhq/herald/sinks/email"
 	natssink "github.com/heraldhq/herald/sinks/nats"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
-// DefaultSchema is the schema (on MySQL, the database) the demo creates
-// (and drops) when Options names none. Every demo schema must start with
-// it.
+// DefaultSchema starts the name of every schema (on MySQL, database) the
+// demo creates and drops: a run that names none works in a fresh one,
+// DefaultSchema followed by random hex digits (herald_demo_5f3a9c01), so
+// that runs sharing a server never touch each other's tables.
 const DefaultSchema = "herald_demo"
 
 // Sink names.
@@ -71,9 +74,10 @@ type Options struct {
 	// DatabaseURL (never for a mysql:// URL). Defaults to StartContainer
 	// (testcontainers-go, needs Docker).
 	StartPostgres StartPostgresFunc
-	// Schema is created for the demo (on MySQL, a database), dropped first
-	// if it exists, and dropped at the end unless Keep. It must start with
-	// DefaultSchema. Defaults to DefaultSchema.
+	// Schema is the schema (on MySQL, the database) the demo works in,
+	// dropped at the end unless Keep. It must start with DefaultSchema. A
+	// schema named here is replaced: dropped first if it exists. Defaults
+	// to a fresh name per run (FreshSchema), which must not exist.
 	Schema string
 	// Keep leaves the schema (orders and outbox) in place at the end.
 	Keep bool
@@ -117,6 +121,14 @@ type Options struct {
 	AWSEndpoint string
 }
 
+// FreshSchema returns a new schema name for a run: DefaultSchema, an
+// underscore and 8 random hex digits.
+func FreshSchema() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (it crashes the program instead)
+	return DefaultSchema + "_" + hex.EncodeToString(b)
+}
+
 func (o Options) withDefaults() Options {
 	if o.DatabaseURL == "" {
 		o.DatabaseURL = DefaultDatabaseURL
@@ -125,7 +137,7 @@ func (o Options) withDefaults() Options {
 		o.StartPostgres = StartContainer
 	}
 	if o.Schema == "" {
-		o.Schema = DefaultSchema
+		o.Schema = FreshSchema()
 	}
 	if o.Orders == 0 {
 		o.Orders = 500
@@ -203,13 +215,14 @@ func (o Options) rejected(i int) bool { return i%o.RejectEvery == 17%o.RejectEve
 // demo could not run (no database, ctx ended, a component failed to start);
 // whether the numbers add up is Summary.Check's business.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
+	fresh := opts.Schema == ""
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	d := &run{opts: opts, out: opts.Progress, started: time.Now()}
+	d := &run{opts: opts, freshSchema: fresh, out: opts.Progress, started: time.Now()}
 	defer d.cleanup()
 	if err := d.setup(ctx); err != nil {
 		return nil, err
@@ -222,10 +235,13 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 
 // run is one demo run: its components and what it measured.
 type run struct {
-	opts    Options
-	out     io.Writer
-	started time.Time
-	closers []func()
+	opts Options
+	// freshSchema: the schema's name was made for this run (Options named
+	// none), so it must not exist yet.
+	freshSchema bool
+	out         io.Writer
+	started     time.Time
+	closers     []func()
 
 	containerd bool
 	db         database
@@ -270,6 +286,8 @@ func (d *run) cleanup() {
 type database interface {
 	// String names the server, its password redacted.
 	String() string
+	// schemaExists reports whether the demo's schema (database) exists.
+	schemaExists(ctx context.Context) (bool, error)
 	// dropSchema drops the demo's schema (database) with everything in it.
 	dropSchema(ctx context.Context) error
 	// migrate creates the schema, Herald's tables and the orders table.
@@ -296,8 +314,18 @@ func (d *run) setup(ctx context.Context) error {
 	}
 	d.addCloser(d.db.close)
 
-	// A fresh schema: Herald's tables and the orders table.
-	if err := d.db.dropSchema(ctx); err != nil {
+	// A schema of its own: Herald's tables and the orders table. One named
+	// for this run is new (another's of the same name is never dropped);
+	// one the operator named is replaced.
+	if d.freshSchema {
+		exists, err := d.db.schemaExists(ctx)
+		if err != nil {
+			return err
+		}
+		if exists {
+			return fmt.Errorf("schema %s exists already: run the demo again for another name, or replace it with -schema %s", d.tables.Schema, d.tables.Schema)
+		}
+	} else if err := d.db.dropSchema(ctx); err != nil {
 		return err
 	}
 	if !d.opts.Keep {
@@ -315,7 +343,11 @@ func (d *run) setup(ctx context.Context) error {
 	if d.dead, err = d.db.deadLetters(); err != nil {
 		return err
 	}
-	d.note(fmt.Sprintf("demo: %s, schema %s migrated", d.db, d.tables.Schema))
+	end := "dropped at the end"
+	if d.opts.Keep {
+		end = "kept at the end (-keep)"
+	}
+	d.note(fmt.Sprintf("demo: %s, schema %s migrated; %s", d.db, d.tables.Schema, end))
 
 	// The sinks' peers.
 	tmp, err := os.MkdirTemp("", "herald-demo-")

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldhq/herald/examples/orders/internal/demo"
-	"github.com/heraldhq/herald/migrations/pgtest"
-	_ "github.com/heraldhq/herald/migrations/pgtest/pgcontainer" // a container when no server answers
+	"github.com/heraldhq/herald/internal/pgtest"
+	_ "github.com/heraldhq/herald/internal/pgtest/pgcontainer" // a container when no server answers
 )
 
 // checkSummary checks the numbers of a short run of n orders.

@@ -7,14 +7,16 @@ import (
 	"fmt"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/heraldhq/herald/examples/orders/shop"
 	"github.com/heraldhq/herald/internal/mysqlurl"
+	"github.com/heraldhq/herald/internal/relayconfig"
 	"github.com/heraldhq/herald/migrations"
 	mysqlmigrations "github.com/heraldhq/herald/migrations/mysql"
 	"github.com/heraldhq/herald/outbox"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/deadletter"
-	"github.com/heraldhq/herald/relay/relayconfig"
 )
 
 // This file holds the demo's MySQL or MariaDB: its database, relay, dead
@@ -52,10 +54,48 @@ func openMySQL(ctx context.Context, url string, tables migrations.Tables) (*mysq
 	defer cancel()
 	if err := shopDB.PingContext(pingCtx); err != nil {
 		m.close()
-		return nil, &NoMySQLError{URL: relayconfig.RedactURL(url), Err: errors.New(relayconfig.ScrubPassword(err.Error(), url))}
+		redacted, scrubbed := relayconfig.RedactURL(url), errors.New(relayconfig.ScrubPassword(err.Error(), url))
+		var refused *gomysql.MySQLError
+		switch {
+		case errors.As(err, &refused) && refused.Number == erUnknownDatabase:
+			cfg, _ := mysqlurl.Config(url) // it parsed to open the pool
+			return nil, &MissingDatabaseError{URL: redacted, Database: cfg.DBName, Err: scrubbed}
+		case errors.As(err, &refused):
+			// The server answered and refused: starting one would not help.
+			return nil, fmt.Errorf("the MySQL or MariaDB server at %s refused the demo: %w", redacted, scrubbed)
+		}
+		return nil, &NoMySQLError{URL: redacted, Err: scrubbed}
 	}
 	return m, nil
 }
+
+// erUnknownDatabase is MySQL's and MariaDB's ER_BAD_DB_ERROR: the
+// connection names a database the server does not have.
+const erUnknownDatabase = 1049
+
+// MissingDatabaseError means a MySQL or MariaDB server answered but has
+// no database of the name the URL gives. Its message says what to do.
+type MissingDatabaseError struct {
+	// URL is the (redacted) URL that was tried.
+	URL string
+	// Database is the database the URL names.
+	Database string
+	// Err is the server's answer.
+	Err error
+}
+
+// Error says the database is missing, not the server.
+func (e *MissingDatabaseError) Error() string {
+	return fmt.Sprintf(`the MySQL or MariaDB server at %s answers, but has no database %s (%v).
+The demo connects through the URL's database and works in a database of its
+own (%s_…, created and dropped). Create it:
+  CREATE DATABASE %s;
+or point --database-url or DATABASE_URL at one that exists, for example
+mysql://root@127.0.0.1:3306/test.`, e.URL, e.Database, e.Err, DefaultSchema, "`"+e.Database+"`")
+}
+
+// Unwrap returns the server's answer.
+func (e *MissingDatabaseError) Unwrap() error { return e.Err }
 
 // NoMySQLError means no MySQL or MariaDB answered at the URL. Its message
 // says what to run to get one.
@@ -83,6 +123,14 @@ func (m *mysqlDatabase) String() string { return "MySQL " + relayconfig.RedactUR
 // quotedSchema is the demo's database, quoted. validate refused backticks
 // in it (mysqlmigrations.NewTables).
 func (m *mysqlDatabase) quotedSchema() string { return "`" + m.tables.Schema + "`" }
+
+func (m *mysqlDatabase) schemaExists(ctx context.Context) (bool, error) {
+	var n int
+	if err := m.shop.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", m.tables.Schema).Scan(&n); err != nil {
+		return false, fmt.Errorf("looking for database %s: %w", m.tables.Schema, err)
+	}
+	return n > 0, nil
+}
 
 func (m *mysqlDatabase) dropSchema(ctx context.Context) error {
 	if _, err := m.shop.ExecContext(ctx, "DROP DATABASE IF EXISTS "+m.quotedSchema()); err != nil {

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/heraldhq/herald/sinks"
-	"github.com/heraldhq/herald/sinks/email/smtptest"
+	"github.com/heraldhq/herald/internal/smtptest"
 	natssink "github.com/heraldhq/herald/sinks/nats"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 	"github.com/heraldhq/herald/sinks/webhook"
 )
 
@@ -141,7 +141,7 @@ func (p *natsPeer) close() {
 }
 
 // webhookSecret signs the demo's webhook requests.
-const webhookSecret = sinks.Secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+const webhookSecret = sinkconfig.Secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
 
 // webhookPeer is an HTTP endpoint verifying signatures, that answers 503
 // during an outage and 400 to the orders.paid events of rejected orders

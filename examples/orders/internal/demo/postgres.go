@@ -12,11 +12,11 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/heraldhq/herald/examples/orders/shop"
+	"github.com/heraldhq/herald/internal/relayconfig"
 	"github.com/heraldhq/herald/migrations"
 	"github.com/heraldhq/herald/outbox"
 	"github.com/heraldhq/herald/relay"
 	"github.com/heraldhq/herald/relay/deadletter"
-	"github.com/heraldhq/herald/relay/relayconfig"
 )
 
 // This file holds the demo's PostgreSQL: finding or starting a server, and
@@ -148,11 +148,16 @@ func (d *run) openPostgres(ctx context.Context) (_ *pgDatabase, started bool, er
 
 func (p *pgDatabase) String() string { return "PostgreSQL " + relayconfig.RedactURL(p.url) }
 
-func (p *pgDatabase) dropSchema(ctx context.Context) error {
-	if _, err := p.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{p.tables.Schema}.Sanitize()+" CASCADE"); err != nil {
-		return fmt.Errorf("dropping schema %s: %w", p.tables.Schema, err)
+func (p *pgDatabase) schemaExists(ctx context.Context) (bool, error) {
+	var exists bool
+	if err := p.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", p.tables.Schema).Scan(&exists); err != nil {
+		return false, fmt.Errorf("looking for schema %s: %w", p.tables.Schema, err)
 	}
-	return nil
+	return exists, nil
+}
+
+func (p *pgDatabase) dropSchema(ctx context.Context) error {
+	return migrations.DropSchema(ctx, p.pool, p.tables)
 }
 
 func (p *pgDatabase) migrate(ctx context.Context) error {
@@ -170,7 +175,9 @@ func (p *pgDatabase) deadLetters() (*deadletter.Store, error) {
 	return deadletter.New(p.pool, p.tables)
 }
 
-func (p *pgDatabase) newRelay(cfg relay.Config) (*relay.Relay, error) { return relay.New(p.pool, cfg) }
+func (p *pgDatabase) newRelay(cfg relay.Config) (*relay.Relay, error) {
+	return relay.NewPostgres(p.pool, cfg)
+}
 
 func (p *pgDatabase) newShop(cfg shop.Config) (*shop.Service, error) {
 	w, err := outbox.NewWriter(outbox.Config{Tables: p.tables})

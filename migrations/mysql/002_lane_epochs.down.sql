@@ -1,0 +1,1 @@
+ALTER TABLE {{.Lanes}} DROP COLUMN epoch;

@@ -1,0 +1,263 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/heraldhq/herald/sinks"
+)
+
+// sinkState is a sink shared by a relay's workers: whether it is paused
+// because it is down, and what it has in flight.
+type sinkState struct {
+	sinks.Sink
+	name string
+	// turn serialises the Publish calls of a sink that is not a
+	// sinks.ConcurrentPublisher (nil for one that is): a call takes it
+	// before publishing, or gives up, sending nothing, when its context
+	// ends first.
+	turn chan struct{}
+
+	// inFlight and inFlightBytes count the events (and their payload bytes)
+	// handed to Publish calls that have not answered them yet. A sink at
+	// maxInFlight or maxInFlightBytes is busy: it is handed no more events
+	// (they join its queue, without an attempt) until some are answered.
+	// This bounds what a slow sink holds in memory, and how long its
+	// events wait inside the relay rather than in its queue.
+	inFlight, inFlightBytes       atomic.Int64
+	maxInFlight, maxInFlightBytes int64
+	// busy is set when an event found the sink at its bound; the answer
+	// that makes room clears it and wakes the workers to claim its queue.
+	busy atomic.Bool
+	// answerTime is a moving average of how long the sink takes to answer
+	// an event, from its call's start, in nanoseconds (0 before the first
+	// answer): see Relay.handOffAfter.
+	answerTime atomic.Int64
+
+	mu          sync.Mutex // guards failures and pausedUntil
+	failures    int
+	pausedUntil time.Time
+}
+
+// pausedTill returns until when the sink is paused (zero when it is not).
+func (s *sinkState) pausedTill() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pausedUntil
+}
+
+// probing reports whether the sink was found down and its pause is over:
+// the next publish finds out whether it is back.
+func (s *sinkState) probing(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failures > 0 && !s.pausedUntil.After(now)
+}
+
+// room is how many more events the sink may be handed now (0 when busy).
+func (s *sinkState) room() int {
+	if s.inFlightBytes.Load() >= s.maxInFlightBytes {
+		return 0
+	}
+	return int(max(s.maxInFlight-s.inFlight.Load(), 0))
+}
+
+// take counts an event of size bytes as in flight if the sink has room
+// for it (an event alone always fits), and reports whether it had.
+func (s *sinkState) take(size int64) bool {
+	n, b := s.inFlight.Load(), s.inFlightBytes.Load()
+	if n > 0 && (n >= s.maxInFlight || b+size > s.maxInFlightBytes) {
+		s.busy.Store(true)
+		return false
+	}
+	s.inFlight.Add(1)
+	s.inFlightBytes.Add(size)
+	return true
+}
+
+// noteAnswerTime adds an event answered took after its call started to
+// the sink's moving average (a sixteenth of it each).
+func (s *sinkState) noteAnswerTime(took time.Duration) {
+	for {
+		old := s.answerTime.Load()
+		avg := int64(took)
+		if old != 0 {
+			avg = old + (int64(took)-old)/16
+		}
+		if s.answerTime.CompareAndSwap(old, max(avg, 1)) {
+			return
+		}
+	}
+}
+
+// answered counts an event of size bytes as no longer in flight, and
+// reports whether that ended a time the sink was busy.
+func (s *sinkState) answered(size int64) (freed bool) {
+	s.inFlight.Add(-1)
+	s.inFlightBytes.Add(-size)
+	return s.busy.Load() && s.room() > 0 && s.busy.CompareAndSwap(true, false)
+}
+
+// sinkCall is one Publish call: one sink's events of one batch, published
+// in a goroutine of its own. Results arrive event by event (sinks report
+// them early through sinks.WithResultFunc), or all when Publish returns. A
+// call may outlive its batch: the events it has not answered when the
+// batch's wait runs out are handed to the sink's queue, in flight, and
+// settled as deliveries when their results arrive (see flight).
+type sinkCall struct {
+	w       *worker
+	sink    *sinkState
+	events  []sinks.Event
+	targets []int        // targets[i] is the index in its batch's targets of events[i]
+	spans   []trace.Span // spans[i] traces events[i]; nil when tracing is off
+	// deadline is when the call ends, answered or not; started when it
+	// started.
+	deadline, started time.Time
+
+	mu      sync.Mutex
+	results []error
+	known   []bool
+	unknown int // events without a result
+}
+
+// add appends an event to the call, for the batch's target at index t.
+func (c *sinkCall) add(ev sinks.Event, t int, span trace.Span) {
+	c.events = append(c.events, ev)
+	c.targets = append(c.targets, t)
+	if span != nil {
+		c.spans = append(c.spans, span)
+	}
+}
+
+// start publishes the call's events in a goroutine until they are all
+// answered or ctx's deadline passes.
+func (c *sinkCall) start(ctx context.Context, deadline time.Time) {
+	c.results = make([]error, len(c.events))
+	c.known = make([]bool, len(c.events))
+	c.unknown = len(c.events)
+	c.deadline, c.started = deadline, time.Now()
+	c.w.calls.Add(1)
+	go func() {
+		defer c.w.calls.Done()
+		ctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		start := time.Now()
+		for i, err := range c.publish(ctx) {
+			c.report(i, err)
+		}
+		c.mu.Lock()
+		results := c.results // final: every event reported
+		c.mu.Unlock()
+		r := c.w.r
+		r.cfg.Observer.SinkPublish(c.sink.name, len(c.events), time.Since(start))
+		r.cfg.Observer.SinkInFlight(c.sink.name, int(c.sink.inFlight.Load()))
+		r.judgeSink(c.sink, results)
+		c.endSpans(results)
+	}()
+}
+
+// publish calls Publish (after taking the sink's turn when it must),
+// turning a panic or a wrong result count into retryable errors for every
+// event not answered yet: nothing is lost to a faulty sink.
+func (c *sinkCall) publish(ctx context.Context) (results []error) {
+	defer func() {
+		if p := recover(); p != nil {
+			results = sinks.Fill(len(c.events), fmt.Errorf("sink %s panicked: %v", c.sink.name, p))
+		}
+	}()
+	if c.sink.turn != nil {
+		select {
+		case c.sink.turn <- struct{}{}:
+			defer func() { <-c.sink.turn }()
+		case <-ctx.Done():
+			return sinks.Fill(len(c.events), fmt.Errorf("sink %s: %w (waiting for its previous call: %w)", c.sink.name, sinks.ErrNotSent, ctx.Err()))
+		}
+	}
+	results = c.sink.Publish(sinks.WithResultFunc(ctx, c.report), c.events)
+	if len(results) != len(c.events) {
+		return sinks.Fill(len(c.events), fmt.Errorf("sink %s returned %d results for %d events", c.sink.name, len(results), len(c.events)))
+	}
+	return results
+}
+
+// report records event i's result, unless it has one: the first result
+// reported is final. It is the sink's sinks.WithResultFunc, and may be
+// called from any goroutine.
+func (c *sinkCall) report(i int, err error) {
+	if i < 0 || i >= len(c.events) {
+		return // a faulty sink's index; its events get results when it returns
+	}
+	c.mu.Lock()
+	if c.known[i] {
+		c.mu.Unlock()
+		return
+	}
+	c.known[i], c.results[i] = true, err
+	c.unknown--
+	c.mu.Unlock()
+	c.sink.noteAnswerTime(time.Since(c.started))
+	if c.sink.answered(int64(len(c.events[i].Payload))) {
+		c.w.r.sinkFreed()
+	}
+	c.w.resultArrived()
+}
+
+// result returns event i's result and whether it has one yet.
+func (c *sinkCall) result(i int) (error, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.results[i], c.known[i]
+}
+
+// answered reports whether every event of the call has a result.
+func (c *sinkCall) answered() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unknown == 0
+}
+
+// endSpans ends the spans of the call's events with each event's result.
+func (c *sinkCall) endSpans(results []error) {
+	for i, span := range c.spans {
+		if err := results[i]; err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+}
+
+// judgeSink pauses a sink whose call found it down, or resumes one whose
+// call delivered something.
+func (r *Relay) judgeSink(s *sinkState, results []error) {
+	var down error
+	delivered := false
+	for _, err := range results {
+		switch {
+		case err == nil:
+			delivered = true
+		case down == nil && sinks.IsUnavailable(err):
+			down = err
+		}
+	}
+	switch {
+	case down != nil:
+		r.pause(s, down)
+	case delivered:
+		r.resume(s)
+	}
+}
+
+// notAttempted reports whether err says a sink did not try the event (it
+// was behind a failed one of its key, or its call ended before its turn):
+// no attempt is counted for it.
+func notAttempted(err error) bool {
+	return errors.Is(err, sinks.ErrSkipped) || errors.Is(err, sinks.ErrNotSent)
+}

@@ -1,0 +1,55 @@
+package walcapture_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/heraldhq/herald/internal/pgtest"
+	"github.com/heraldhq/herald/relay/internal/walcapture"
+)
+
+// TestReaderReadsWhatWasEmittedBeforeItStarted: an event emitted after the
+// slot exists but before any reader runs is read by the first reader.
+func TestReaderReadsWhatWasEmittedBeforeItStarted(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	pgtest.RequireLogicalWAL(t, pool)
+	tables := pgtest.Schema(t, pool)
+	ctx := context.Background()
+	newReader := func() *walcapture.Reader {
+		return walcapture.New(walcapture.Config{Conn: pool.Config().ConnConfig.Config.Copy(), Slot: tables.SlotName(),
+			Publication: tables.PublicationName(), Prefix: tables.MessagePrefix(),
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	}
+	if err := newReader().Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	if err := pool.QueryRow(ctx, "SELECT "+tables.Emit()+"('t', 'k', '{}')::text").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	r := newReader()
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if got := r.Take(10); len(got) > 0 {
+			if got[0].ID != id || got[0].CommitTime.IsZero() {
+				t.Fatalf("read %+v, want event %s with its commit time", got[0], id)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing read")
+		}
+		select {
+		case <-r.Arrived():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
