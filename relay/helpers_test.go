@@ -234,11 +234,39 @@ func (e ev) payloadOr(i int) string {
 	return fmt.Sprintf(`{"n":%d}`, i)
 }
 
+// testLogger is the relay's log in a test: with -v, every level on
+// stderr; otherwise Info and above through t.Log, printed only if the test
+// fails, so that a failure in CI comes with the relay's account of it.
 func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.DiscardHandler)
+	w := &testLog{t: t}
+	t.Cleanup(w.close)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// testLog writes to t.Log until the test's cleanup closes it: a goroutine
+// that outlives its relay must not log to a finished test.
+type testLog struct {
+	mu     sync.Mutex
+	t      testing.TB
+	closed bool
+}
+
+func (w *testLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (w *testLog) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
 }
 
 // config returns a fast-cycling config routing every topic to s.
