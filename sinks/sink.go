@@ -156,48 +156,47 @@ type DestinationChecker interface {
 // attempt for it.
 var ErrSkipped = errors.New("sinks: not attempted: an earlier event of the same key failed")
 
-type permanentError struct{ err error }
+// classified is err marked with the failure class C: a type per class, so
+// that an error may carry several classes and errors.As finds each.
+type classified[C any] struct{ err error }
 
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
+func (e classified[C]) Error() string { return e.err.Error() }
+func (e classified[C]) Unwrap() error { return e.err }
+
+// The failure classes.
+type (
+	permanent   struct{}
+	unavailable struct{}
+)
+
+func mark[C any](err error) error {
+	if err == nil {
+		return nil
+	}
+	return classified[C]{err}
+}
+
+func isMarked[C any](err error) bool {
+	var c classified[C]
+	return errors.As(err, &c)
+}
 
 // Permanent marks err as a failure that retrying cannot fix (a rejected
 // message, a payload over the destination's limit): the event is
 // dead-lettered at once. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err}
-}
+func Permanent(err error) error { return mark[permanent](err) }
 
 // IsPermanent reports whether err was marked with Permanent.
-func IsPermanent(err error) bool {
-	var p permanentError
-	return errors.As(err, &p)
-}
-
-type unavailableError struct{ err error }
-
-func (e unavailableError) Error() string { return e.err.Error() }
-func (e unavailableError) Unwrap() error { return e.err }
+func IsPermanent(err error) bool { return isMarked[permanent](err) }
 
 // Unavailable marks err as a failure of the destination itself rather than of
 // the event (connection refused, DNS failure, TLS handshake, authentication
 // refused, broker unavailable). The relay pauses the sink with backoff and
 // does not count the attempt against the event. Unavailable(nil) is nil.
-func Unavailable(err error) error {
-	if err == nil {
-		return nil
-	}
-	return unavailableError{err}
-}
+func Unavailable(err error) error { return mark[unavailable](err) }
 
 // IsUnavailable reports whether err was marked with Unavailable.
-func IsUnavailable(err error) bool {
-	var u unavailableError
-	return errors.As(err, &u)
-}
+func IsUnavailable(err error) bool { return isMarked[unavailable](err) }
 
 type retryAfterError struct {
 	err   error
