@@ -177,19 +177,31 @@ func UniqueName(prefix string) string {
 	return prefix + "_" + hex.EncodeToString(b[:])
 }
 
+// WALSlotsNeeded is how many replication slots and WAL senders the server
+// must allow for the WAL capture tests that run at once (each reads a slot
+// of its own, some with a standby relay): the default 10 runs out under
+// go test -p 4, and a reader refused a sender retries with a growing pause.
+const WALSlotsNeeded = 64
+
 // RequireLogicalWAL skips the test (fails it under CI=true) unless the
-// server writes logical WAL, which WAL capture decodes: wal_level =
-// logical, set with ALTER SYSTEM and a restart (.ci/run does).
+// server writes logical WAL, which WAL capture decodes, and allows
+// WALSlotsNeeded replication slots and WAL senders: wal_level = logical,
+// max_replication_slots and max_wal_senders set with ALTER SYSTEM and a
+// restart (.ci/run does).
 func RequireLogicalWAL(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
 	var level string
-	if err := pool.QueryRow(context.Background(), "SHOW wal_level").Scan(&level); err != nil {
-		t.Fatalf("reading wal_level: %v", err)
+	var slots, senders int
+	err := pool.QueryRow(context.Background(), `SELECT current_setting('wal_level'),
+		current_setting('max_replication_slots')::int, current_setting('max_wal_senders')::int`).Scan(&level, &slots, &senders)
+	if err != nil {
+		t.Fatalf("reading wal_level, max_replication_slots and max_wal_senders: %v", err)
 	}
-	if level == "logical" {
+	if level == "logical" && slots >= WALSlotsNeeded && senders >= WALSlotsNeeded {
 		return
 	}
-	msg := "PostgreSQL's wal_level is " + level + ", not logical: run ALTER SYSTEM SET wal_level = logical and restart the server (.ci/run does)"
+	msg := fmt.Sprintf("PostgreSQL has wal_level = %s, max_replication_slots = %d, max_wal_senders = %d; the WAL capture tests need logical, %d and %d: "+
+		"ALTER SYSTEM SET each and restart the server (.ci/run does)", level, slots, senders, WALSlotsNeeded, WALSlotsNeeded)
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
