@@ -8,12 +8,11 @@ package walcapture
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -46,60 +45,16 @@ type Config struct {
 // Event is one event read from the WAL.
 type Event = store.LogEvent
 
-// message is an event as outbox_emit encodes it.
-type message struct {
-	Seq         int64           `json:"seq"`
-	ID          string          `json:"id"`
-	Topic       string          `json:"topic"`
-	Key         *string         `json:"key"`
-	Lane        int16           `json:"lane"`
-	Payload     json.RawMessage `json:"payload"`
-	PayloadBin  *string         `json:"payload_bin"`
-	ContentType *string         `json:"content_type"`
-	Headers     json.RawMessage `json:"headers"`
-	CreatedAt   time.Time       `json:"created_at"`
-	MaxAttempts *int            `json:"max_attempts"`
-}
-
-// decode reads an event from a message's content.
-func decode(content []byte) (store.Event, error) {
-	var m message
-	if err := json.Unmarshal(content, &m); err != nil {
-		return store.Event{}, fmt.Errorf("decoding an event from the WAL: %w", err)
-	}
-	e := store.Event{Seq: m.Seq, ID: m.ID, Topic: m.Topic, Lane: m.Lane, Headers: m.Headers, CreatedAt: m.CreatedAt}
-	if m.Key != nil {
-		e.Key = *m.Key
-	}
-	if m.ContentType != nil {
-		e.ContentType = *m.ContentType
-	}
-	if m.MaxAttempts != nil {
-		e.MaxAttempts = *m.MaxAttempts
-	}
-	switch {
-	case m.PayloadBin != nil:
-		b, err := base64.StdEncoding.DecodeString(*m.PayloadBin)
-		if err != nil {
-			return store.Event{}, fmt.Errorf("decoding the binary payload of event %s from the WAL: %w", m.ID, err)
-		}
-		e.PayloadBin = b
-	case len(m.Payload) > 0 && string(m.Payload) != "null":
-		e.Payload = m.Payload
-	}
-	e.PayloadBytes = int64(len(e.Payload) + len(e.PayloadBin))
-	if len(e.Headers) == 0 || string(e.Headers) == "null" {
-		e.Headers = []byte("{}")
-	}
-	return e, nil
-}
-
 var _ store.Capture = (*Reader)(nil)
 
 // Reader reads one slot. Run reads until its context ends or the
 // connection fails; Take hands over events, Settled confirms them.
 type Reader struct {
 	cfg Config
+	dec decoder // used by Run's goroutine only
+	// undecodable counts the messages with the outbox's prefix skipped
+	// because they are not events.
+	undecodable atomic.Int64
 
 	mu   sync.Mutex
 	buf  []Event
@@ -149,6 +104,10 @@ func New(cfg Config) *Reader {
 	}
 	return &Reader{cfg: cfg, room: make(chan struct{}, 1), arrived: make(chan struct{}, 1)}
 }
+
+// Undecodable is the number of messages with the outbox's prefix the
+// reader skipped because they are not events (logged with their position).
+func (r *Reader) Undecodable() int64 { return r.undecodable.Load() }
 
 // Arrived is signalled when events arrive to be taken.
 func (r *Reader) Arrived() <-chan struct{} { return r.arrived }
@@ -373,9 +332,15 @@ func (r *Reader) read(ctx context.Context, conn *pgconn.PgConn) error {
 				if m.Prefix != r.cfg.Prefix || !m.Transactional {
 					continue
 				}
-				e, err := decode(m.Content)
+				e, err := r.dec.decode(m.Content)
 				if err != nil {
-					return err
+					// Not an event outbox_emit wrote (someone called
+					// pg_logical_emit_message with the outbox's prefix):
+					// reading it again would stop the slot for good.
+					r.undecodable.Add(1)
+					r.cfg.Logger.Error("relay: skipped a message with the outbox's prefix that is not an event",
+						"slot", r.cfg.Slot, "lsn", x.WALStart, "bytes", len(m.Content), "error", err)
+					continue
 				}
 				r.add(Event{Event: e, CommitTime: commitTime})
 			case *pglogrepl.CommitMessage:
