@@ -3,11 +3,13 @@ package outbox_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldhq/herald/internal/pgtest"
 	"github.com/heraldhq/herald/outbox"
@@ -110,20 +112,26 @@ func TestWriterToTheWAL(t *testing.T) {
 }
 
 // TestEmitValidatesLikeTheTable: outbox_emit, called from plain SQL, refuses
-// what the table's constraints refuse, naming the field.
+// what the table's constraints refuse, naming the field, with the SQLSTATE
+// the constraint would raise.
 func TestEmitValidatesLikeTheTable(t *testing.T) {
 	t.Parallel()
 	b := setup(t, outbox.Config{})
-	for _, c := range []struct{ sql, want string }{
-		{"SELECT " + b.tables.Emit() + "('', 'k', '{}')", "topic must be 1 to 255 bytes"},
-		{"SELECT " + b.tables.Emit() + "(repeat('t', 256), 'k', '{}')", "topic must be 1 to 255 bytes"},
-		{"SELECT " + b.tables.Emit() + "('t', '', '{}')", "key must be NULL or 1 to 1024 bytes"},
-		{"SELECT " + b.tables.Emit() + "('t', 'k', '{}', '[]')", "headers must be a JSON object"},
-		{"SELECT " + b.tables.Emit() + "('t', 'k', '{}', '{}', NULL, 0)", "max_attempts must be positive"},
+	const notNull, check = "23502", "23514"
+	for _, c := range []struct{ sql, want, code string }{
+		{"SELECT " + b.tables.Emit() + "('', 'k', '{}')", "topic must be 1 to 255 bytes, got 0", check},
+		{"SELECT " + b.tables.Emit() + "(repeat('t', 256), 'k', '{}')", "topic must be 1 to 255 bytes, got 256", check},
+		{"SELECT " + b.tables.Emit() + "('t', '', '{}')", "key must be NULL or 1 to 1024 bytes, got 0", check},
+		{"SELECT " + b.tables.Emit() + "('t', 'k', '{}', '[]')", "headers must be a JSON object", check},
+		{"SELECT " + b.tables.Emit() + "('t', 'k', '{}', '{}', NULL, 0)", "max_attempts must be positive, got 0", check},
+		{"SELECT " + b.tables.EmitEvent() + "(NULL, 't', 'k', '{}', NULL, NULL, '{}', NULL, NULL)", "id must not be null", notNull},
+		{"SELECT " + b.tables.EmitEvent() + "(gen_random_uuid(), 't', 'k', '{}', '\\x01', NULL, '{}', NULL, NULL)", "a JSON payload or a binary one, not both", check},
+		{"SELECT " + b.tables.EmitEvent() + "(gen_random_uuid(), 't', 'k', '{}', NULL, NULL, '{}', '1 hour', 0)", "max_attempts must be positive", check},
 	} {
 		_, err := b.pool.Exec(context.Background(), c.sql)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want %q", c.sql, err, c.want)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message, c.want) || pgErr.Code != c.code {
+			t.Errorf("%s: %v, want %q (SQLSTATE %s)", c.sql, err, c.want, c.code)
 		}
 	}
 	var id string

@@ -65,8 +65,17 @@ type Result struct {
 	// CPUCores is CPUSeconds over ElapsedSeconds.
 	CPUCores float64 `json:"cpu_cores"`
 	// CPUScope says what CPUSeconds includes.
-	CPUScope     string `json:"cpu_scope"`
-	PeakRSSBytes int64  `json:"peak_rss_bytes"`
+	CPUScope string `json:"cpu_scope"`
+	// DatabaseCPUSeconds is the CPU time every process of the PostgreSQL
+	// server used over the measured phase (its backends, the WAL sender
+	// of a slot, autovacuum, checkpoints), when the server runs on this
+	// host; 0 otherwise.
+	DatabaseCPUSeconds float64 `json:"db_cpu_s,omitempty"`
+	// WriteDatabaseCPUSeconds is the server's CPU time writing a drain's
+	// backlog (inserting the rows, or emitting the events into the WAL,
+	// server-side, before the commit), on the same terms.
+	WriteDatabaseCPUSeconds float64 `json:"db_write_cpu_s,omitempty"`
+	PeakRSSBytes            int64   `json:"peak_rss_bytes"`
 	// RSSScope says over what PeakRSSBytes is the peak.
 	RSSScope string `json:"rss_scope"`
 	// RecorderBytes is the memory the recording of deliveries holds
@@ -765,8 +774,13 @@ func (r *run) drain(ctx context.Context) error {
 		return fmt.Errorf("inserting the backlog: %w", err)
 	}
 	defer tx.Rollback(ctx)
+	postmaster := r.postmaster()
+	written, _ := serverCPU(postmaster)
 	if err := r.insertEvents(ctx, tx, 0, cfg.Events, ""); err != nil {
 		return fmt.Errorf("inserting the backlog: %w", err)
+	}
+	if db, ok := serverCPU(postmaster); ok && postmaster != 0 {
+		r.res.WriteDatabaseCPUSeconds = (db - written).Seconds()
 	}
 	// Fresh statistics, as autovacuum would have gathered for a backlog.
 	if _, err := tx.Exec(ctx, "ANALYZE "+r.tables.Outbox()); err != nil {
@@ -805,6 +819,10 @@ type measurement struct {
 	start    int64
 	cpu0     time.Duration
 	rssScope string
+	// postmaster is the local PostgreSQL server's postmaster (0: not
+	// readable here), and db0 the server's CPU time at the start.
+	postmaster int
+	db0        time.Duration
 }
 
 // startMeasuring resets the peak RSS, reads the CPU time so far and starts
@@ -814,7 +832,30 @@ func (r *run) startMeasuring(rssScope string) measurement {
 	if !resetPeakRSS() {
 		rssScope = "the whole process (peak RSS could not be reset)"
 	}
-	return measurement{start: time.Since(r.origin).Nanoseconds(), cpu0: cpuTime(), rssScope: rssScope}
+	m := measurement{rssScope: rssScope, postmaster: r.postmaster()}
+	if m.postmaster != 0 {
+		m.db0, _ = serverCPU(m.postmaster)
+	}
+	m.start, m.cpu0 = time.Since(r.origin).Nanoseconds(), cpuTime()
+	return m
+}
+
+// postmaster returns the pid of the PostgreSQL server's postmaster when the
+// server runs on this host and its processes are readable, else 0.
+func (r *run) postmaster() int {
+	if r.admin == nil {
+		return 0
+	}
+	var backend int
+	if err := r.admin.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		return 0
+	}
+	if _, ppid, ok := procCPU(strconv.Itoa(backend), false); ok {
+		if _, ok := serverCPU(ppid); ok {
+			return ppid
+		}
+	}
+	return 0
 }
 
 // awaitDelivery waits until the relays have recorded every target event,
@@ -832,6 +873,11 @@ func (r *run) awaitDelivery(ctx context.Context, rs *relays, m measurement, stop
 	}
 	cpu := cpuTime() - m.cpu0
 	r.res.PeakRSSBytes, r.res.RSSScope = peakRSS(), m.rssScope
+	if m.postmaster != 0 {
+		if db, ok := serverCPU(m.postmaster); ok {
+			r.res.DatabaseCPUSeconds = (db - m.db0).Seconds()
+		}
+	}
 	stopRelays()
 	return end - m.start, cpu, nil
 }

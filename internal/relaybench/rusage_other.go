@@ -12,3 +12,6 @@ func resetPeakRSS() bool { return false }
 
 // peakRSS is not measured outside Linux.
 func peakRSS() int64 { return 0 }
+
+// serverCPU is not measured outside Linux.
+func serverCPU(int) (time.Duration, bool) { return 0, false }

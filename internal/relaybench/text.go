@@ -96,6 +96,14 @@ func (res *Result) WriteText(w io.Writer) error {
 		ew.printf("failed deliveries (to retry, paused or dead): %d\n", res.Failures)
 	}
 	ew.printf("cpu: %.2fs (%.2f cores) — %s\n", res.CPUSeconds, res.CPUCores, res.CPUScope)
+	if res.DatabaseCPUSeconds > 0 && res.Events > 0 {
+		ew.printf("database cpu: %.2fs (%.1f µs an event) — every process of the local PostgreSQL server\n",
+			res.DatabaseCPUSeconds, res.DatabaseCPUSeconds*1e6/float64(res.Events))
+	}
+	if res.WriteDatabaseCPUSeconds > 0 && res.Events > 0 {
+		ew.printf("database cpu writing the backlog: %.2fs (%.1f µs an event)\n",
+			res.WriteDatabaseCPUSeconds, res.WriteDatabaseCPUSeconds*1e6/float64(res.Events))
+	}
 	ew.printf("peak RSS: %s over %s; the recorder holds %s of it at most\n", mib(res.PeakRSSBytes), res.RSSScope, mib(res.RecorderBytes))
 	if res.RowsLeft != 0 {
 		ew.printf("rows left in the outbox table: %d\n", res.RowsLeft)
