@@ -254,6 +254,46 @@ func TestCaptureWALResumesFromTheSlot(t *testing.T) {
 	checkKeyOrder(t, b.rec.all())
 }
 
+// TestCaptureWALReadsAgainWhatItQueued: events read again from the slot
+// (a reader restarted before it confirmed them) whose deliveries are
+// already in the table from their first reading are recorded again without
+// error: the queued delivery stands, the slot moves on, and the event is
+// delivered once its sink heals. The second reading is a copy of the slot
+// made before the events, read by a relay started on it.
+func TestCaptureWALReadsAgainWhatItQueued(t *testing.T) {
+	t.Parallel()
+	b := setupWAL(t)
+	var healed atomic.Bool
+	sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
+		if e.Key == "down" && !healed.Load() {
+			return errBoom
+		}
+		return nil
+	}}
+	cfg := b.walConfig(t, "wal-a", sink)
+	stop := b.startWAL(t, cfg)
+	slot, again := cfg.WithDefaults().Slot, cfg.WithDefaults().Slot+"_again"
+	if _, err := b.pool.Exec(context.Background(), "SELECT pg_copy_logical_replication_slot($1, $2)", slot, again); err != nil {
+		t.Fatal(err)
+	}
+	queued := b.emit(t, ev{topic: "t", key: "down"})
+	fine := b.emit(t, ev{topic: "t", key: "up"})
+	waitDelivered(t, b.rec, "mem", fine)
+	waitFor(t, 60*time.Second, "the failed event's delivery", func() bool { return b.countDeliveries(t, "true") == 1 })
+	stop()
+
+	cfg.Slot = again
+	b.startWAL(t, cfg)
+	waitFor(t, 60*time.Second, "the events read again", func() bool { return deliveredTimes(b.rec, "mem")[fine[0]] == 2 })
+	b.slotCaughtUp(t, again)
+	healed.Store(true)
+	waitDelivered(t, b.rec, "mem", queued)
+	waitFor(t, 60*time.Second, "the queue to empty", func() bool { return b.countDeliveries(t, "true") == 0 })
+	if n := deliveredTimes(b.rec, "mem")[queued[0]]; n != 1 {
+		t.Errorf("the queued event was delivered %d times, want once (its first reading queued it)", n)
+	}
+}
+
 // TestCaptureWALStandbyTakesOver: of two relays, one reads the slot holding
 // every lane and the other stands by; when the reader stops, the standby
 // takes the lanes and the slot over and delivers what follows.

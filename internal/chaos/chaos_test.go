@@ -53,6 +53,18 @@ func TestChaosPostgresRestart(t *testing.T) {
 	runChaos(t, startPostgres, schedule{seed: 2, faults: 2}, []string{faultDBRestart, faultDBCrash})
 }
 
+// TestChaosWALCapture runs the relays on events read from the WAL
+// (database.capture: wal), emitted by the outbox library with a business
+// row in the same transaction (which tells a failed commit's fate): the
+// slot's reader killed and stopped (a standby takes the slot over), the
+// relays' connections terminated (the replication one with them),
+// PostgreSQL restarted cleanly and crashed, the webhook failing and slow.
+func TestChaosWALCapture(t *testing.T) {
+	t.Parallel()
+	runChaos(t, startPostgresWAL, schedule{seed: 4, faults: 7}, []string{faultKill, faultTerm, faultDBTerm,
+		faultDBRestart, faultDBCrash, faultHook500, faultHookSlow})
+}
+
 // TestChaosMariaDB runs the faults that touch the database on MariaDB:
 // relays killed and stopped, their connections killed, the server restarted
 // cleanly and crashed, each once by default. The sinks' faults are the
@@ -64,7 +76,11 @@ func TestChaosMariaDB(t *testing.T) {
 }
 
 // startPostgres is startCluster as a database.
-func startPostgres(t *testing.T) database { return startCluster(t) }
+func startPostgres(t *testing.T) database { return startCluster(t, false) }
+
+// startPostgresWAL is a cluster writing logical WAL, whose relays and
+// producer use WAL capture.
+func startPostgresWAL(t *testing.T) database { return startCluster(t, true) }
 
 // schedule is a test's default fault schedule: a fixed seed and number of
 // faults, so that the default run (CI) injects the same faults in the same
@@ -104,6 +120,10 @@ func runChaos(t *testing.T, startDB func(*testing.T) database, sched schedule, k
 	e := &env{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0)), faults: map[string]int{}}
 	e.db = startDB(t)
 	migrate(t, e.db.url("chaos_migrate"))
+	wal := e.db.walCapture()
+	if wal {
+		createCommits(t, e.db)
+	}
 	e.nats = natstest.StartServer(t)
 	nc := natstest.Connect(t, e.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	e.stream = natstest.Stream(t, nc, func(c *jetstream.StreamConfig) { c.Storage = jetstream.FileStorage })
@@ -112,7 +132,7 @@ func runChaos(t *testing.T, startDB func(*testing.T) database, sched schedule, k
 	configs := make([]string, relayCount)
 	for i := range configs {
 		configs[i] = relayConfig(t, e.db.url(fmt.Sprintf("%s%d", relayAppPrefix, i)), e.nats.URL(),
-			e.stream.Subject("events"), e.hook.srv.URL+"/hook")
+			e.stream.Subject("events"), e.hook.srv.URL+"/hook", wal)
 	}
 	e.relays = newFleet(t, e.db, configs)
 	t.Cleanup(func() {
@@ -131,7 +151,7 @@ func runChaos(t *testing.T, startDB func(*testing.T) database, sched schedule, k
 	}
 
 	conn := e.db.open(t, "chaos_check")
-	prod := newProducer(t, e.db.open(t, producerAppName), e.db.dialect(), seed, keyCount)
+	prod := newProducer(t, e.db.open(t, producerAppName), e.db.dialect(), seed, keyCount, wal)
 	prodCtx, stopProducer := context.WithCancel(context.Background())
 	var producing sync.WaitGroup
 	producing.Go(func() { prod.run(prodCtx) })
@@ -165,7 +185,7 @@ func runChaos(t *testing.T, startDB func(*testing.T) database, sched schedule, k
 	faultsEnd := time.Now()
 
 	unknownFound := prod.settleUnknown(t, e.db, conn)
-	drained := waitDrained(t, conn)
+	drained := waitDrained(t, conn, wal)
 	for i, code := range e.relays.exited() {
 		t.Errorf("relay %d exited on its own with %d:\n%s", i, code, e.relays.tail(i, 40))
 	}

@@ -207,6 +207,9 @@ type database interface {
 	dialect() outbox.Dialect
 	// relayCommand is a relay process on the configuration file config.
 	relayCommand(config string) *exec.Cmd
+	// walCapture: the relays read events from the WAL, and the producer
+	// emits them there.
+	walCapture() bool
 	// killRelayConns ends every connection of the relays, from the server,
 	// and returns how many it ended.
 	killRelayConns(t *testing.T) int
@@ -408,12 +411,18 @@ func environWithout(name string) []string {
 	return out
 }
 
-// relayConfig writes relay i's configuration file.
-func relayConfig(t *testing.T, dbURL, natsURL, subject, hookURL string) string {
+// relayConfig writes relay i's configuration file; wal makes it read the
+// WAL.
+func relayConfig(t *testing.T, dbURL, natsURL, subject, hookURL string, wal bool) string {
 	t.Helper()
+	capture := "table"
+	if wal {
+		capture = "wal"
+	}
 	text := fmt.Sprintf(`
 database:
   url: %q
+  capture: %s
 relay:
   batch_size: 50
   lease: 3s
@@ -444,7 +453,7 @@ routes:
     sinks: [{name: bus, destination: %q}, hook]
   - topics: [%s]
     sinks: [hook]
-`, dbURL, natsURL, hookURL, webhookSecret, webhookAuth, topicEvent, subject, topicPoison)
+`, dbURL, capture, natsURL, hookURL, webhookSecret, webhookAuth, topicEvent, subject, topicPoison)
 	path := filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -479,9 +488,13 @@ type event struct {
 type producer struct {
 	db     *sql.DB
 	writer *outbox.Writer
-	rng    *rand.Rand
-	keys   int
-	next   map[string]int
+	// commits: each transaction also inserts its events' ids into
+	// chaos_commits, the business row that says whether a commit whose
+	// outcome was unknown happened (WAL capture writes no outbox row).
+	commits bool
+	rng     *rand.Rand
+	keys    int
+	next    map[string]int
 
 	mu        sync.Mutex
 	committed []event
@@ -490,13 +503,25 @@ type producer struct {
 	failedTxs int
 }
 
-func newProducer(t *testing.T, db *sql.DB, dialect outbox.Dialect, seed int64, keys int) *producer {
+func newProducer(t *testing.T, db *sql.DB, dialect outbox.Dialect, seed int64, keys int, wal bool) *producer {
 	t.Helper()
-	w, err := outbox.NewWriter(outbox.Config{Tables: migrations.Tables{}.WithDefaults(), Dialect: dialect})
+	cfg := outbox.Config{Tables: migrations.Tables{}.WithDefaults(), Dialect: dialect}
+	if wal {
+		cfg.Capture = outbox.WAL
+	}
+	w, err := outbox.NewWriter(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &producer{db: db, writer: w, rng: rand.New(rand.NewPCG(uint64(seed), 1)), keys: keys, next: map[string]int{}}
+	return &producer{db: db, writer: w, commits: wal, rng: rand.New(rand.NewPCG(uint64(seed), 1)), keys: keys, next: map[string]int{}}
+}
+
+// createCommits creates the producer's business table for WAL capture.
+func createCommits(t *testing.T, db database) {
+	t.Helper()
+	if _, err := db.open(t, "chaos_setup").Exec("CREATE TABLE chaos_commits (id uuid PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // run writes until ctx ends.
@@ -541,8 +566,16 @@ func (p *producer) once(ctx context.Context) {
 		p.fail()
 		return
 	}
+	marks := make([]string, len(evs))
 	for i := range evs {
 		evs[i].id = ids[i].String()
+		marks[i] = idLiteral(evs[i].id)
+	}
+	if p.commits {
+		if _, err := tx.ExecContext(opCtx, "INSERT INTO chaos_commits (id) VALUES ("+strings.Join(marks, "), (")+")"); err != nil {
+			p.fail()
+			return
+		}
 	}
 	err = tx.Commit()
 	p.mu.Lock()
@@ -563,8 +596,8 @@ func (p *producer) fail() {
 	p.failedTxs++
 }
 
-// settleUnknown moves the events of failed commits whose rows exist to the
-// committed list.
+// settleUnknown moves the events of failed commits whose rows exist (outbox
+// rows, or with WAL capture their business rows) to the committed list.
 func (p *producer) settleUnknown(t *testing.T, db database, conn *sql.DB) (found int) {
 	t.Helper()
 	p.mu.Lock()
@@ -576,7 +609,11 @@ func (p *producer) settleUnknown(t *testing.T, db database, conn *sql.DB) (found
 	for i, e := range p.unknown {
 		ids[i] = idLiteral(e.id)
 	}
-	rows, err := conn.Query(`SELECT ` + db.idText("id") + ` FROM outbox WHERE id IN (` + strings.Join(ids, ", ") + `)`)
+	table := "outbox"
+	if p.commits {
+		table = "chaos_commits"
+	}
+	rows, err := conn.Query(`SELECT ` + db.idText("id") + ` FROM ` + table + ` WHERE id IN (` + strings.Join(ids, ", ") + `)`)
 	if err != nil {
 		t.Fatalf("looking for events of failed commits: %v", err)
 	}

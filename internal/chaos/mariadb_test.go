@@ -191,6 +191,8 @@ func (m *mariadb) open(t *testing.T, name string) *sql.DB {
 
 func (m *mariadb) dialect() outbox.Dialect { return outbox.MySQL }
 
+func (m *mariadb) walCapture() bool { return false }
+
 func (m *mariadb) relayCommand(config string) *exec.Cmd {
 	return exec.Command(relayBin, "run", "--config", config)
 }

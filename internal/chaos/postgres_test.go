@@ -23,6 +23,9 @@ import (
 type cluster struct {
 	dir, bin string
 	port     int
+	// logical: the server writes logical WAL, and the relays and the
+	// producer use WAL capture.
+	logical bool
 	// asUser runs the server tools as this OS user (initdb refuses root).
 	asUser string
 }
@@ -49,10 +52,11 @@ func pgBinDir(t *testing.T) string {
 }
 
 // startCluster creates a cluster in a temporary directory on a free port
-// of 127.0.0.1 and removes it when the test ends.
-func startCluster(t *testing.T) *cluster {
+// of 127.0.0.1 and removes it when the test ends; logical makes it write
+// logical WAL for WAL capture.
+func startCluster(t *testing.T, logical bool) *cluster {
 	t.Helper()
-	c := &cluster{bin: pgBinDir(t), port: freePort(t)}
+	c := &cluster{bin: pgBinDir(t), port: freePort(t), logical: logical}
 	dir, err := os.MkdirTemp("", "herald-chaos-pg")
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +88,8 @@ func (c *cluster) dialect() outbox.Dialect { return outbox.PostgreSQL }
 func (c *cluster) relayCommand(config string) *exec.Cmd {
 	return exec.Command(relayBin, "run", "--config", config)
 }
+
+func (c *cluster) walCapture() bool { return c.logical }
 
 func (c *cluster) idText(col string) string { return col + "::text" }
 
@@ -131,6 +137,9 @@ func (c *cluster) start(t *testing.T) {
 	t.Helper()
 	// fsync off: the server process may crash, the machine does not.
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200", c.port, c.dir)
+	if c.logical {
+		opts += " -c wal_level=logical"
+	}
 	c.run(t, "pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-o", opts, "-w", "-t", "60", "start")
 }
 

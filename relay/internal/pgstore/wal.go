@@ -23,13 +23,17 @@ WHERE EXISTS (SELECT 1 FROM ` + n.dl + ` d WHERE d.key = k.key AND ` + head + `)
 
 	// The deliveries of events without a row: the outcomes in $2 to $8,
 	// the events' columns in $9 to $19, fenced by the epochs in $20 as
-	// any other write.
+	// any other write. An event is read again from the slot's confirmed
+	// position after a reader restarts, and its delivery on a sink may be
+	// in the table already (queued, or dead) from its first reading: that
+	// one stands, as the first outcome of the event on that sink.
 	s.fromEventsSQL = n.insertFrom(`SELECT e.seq, e.id, e.topic, e.key, e.payload::jsonb AS payload, e.payload_bin,
            e.content_type, e.headers::jsonb AS headers, e.created_at, e.max_attempts, e.lane
     FROM unnest($9::bigint[], $10::uuid[], $11::text[], $12::text[], $13::text[], $14::bytea[], $15::text[],
                 $16::text[], $17::timestamptz[], $18::int[], $19::smallint[])
          AS e(seq, id, topic, key, payload, payload_bin, content_type, headers, created_at, max_attempts, lane)
-    WHERE e.seq = u.seq AND e.lane = ANY(`+n.mine("$20")+`)`, "true")
+    WHERE e.seq = u.seq AND e.lane = ANY(`+n.mine("$20")+`)`, "true") + `
+ON CONFLICT DO NOTHING`
 }
 
 // QueuedSinks implements store.Store.
