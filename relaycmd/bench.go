@@ -93,10 +93,11 @@ that the outbox is empty instead).
 --sink names where events go: discard (in-process, the default), nats (a
 throwaway stream on --nats-url), kafka (a throwaway topic on
 --kafka-brokers), webhook (POSTs to --webhook-url, which must answer
-2xx), rabbitmq (a throwaway durable queue on --rabbitmq-url), mqtt (QoS 1
-to --mqtt-url, under a topic of the run's own) or pubsub (a throwaway topic
-at --pubsub-endpoint). The bench starts no broker or receiver of its own;
-for development, "go run ./internal/cmd/benchpeer" starts a Kafka broker,
+2xx, or without it to an endpoint in the bench's process that answers 204
+at once), rabbitmq (a throwaway durable queue on --rabbitmq-url), mqtt
+(QoS 1 to --mqtt-url, under a topic of the run's own) or pubsub (a
+throwaway topic at --pubsub-endpoint). Beside that endpoint the bench
+starts no broker or receiver of its own; for development, "go run ./internal/cmd/benchpeer" starts a Kafka broker,
 a webhook receiver and a Pub/Sub server (pstest) in one process.
 
 The database comes from --database-url, DATABASE_URL or database.url in
@@ -241,7 +242,7 @@ func (o *benchOptions) addFlags(f *pflag.FlagSet) {
 	f.StringSliceVar(&cfg.KafkaBrokers, "kafka-brokers", nil, "kafka: bootstrap brokers, host:port, comma-separated (a throwaway topic is created and deleted)")
 	f.IntVar(&cfg.KafkaPartitions, "kafka-partitions", relaybench.DefaultKafkaPartitions, "kafka: partitions of the topic")
 	f.StringVar(&cfg.RabbitMQURL, "rabbitmq-url", relaybench.DefaultRabbitMQURL, "rabbitmq: AMQP broker (a throwaway durable queue is declared and deleted)")
-	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "webhook: the receiver to POST events to (it must answer 2xx)")
+	f.StringVar(&cfg.WebhookURL, "webhook-url", "", "webhook: the receiver to POST events to (it must answer 2xx; default an endpoint in the bench's process answering 204 at once)")
 	f.StringVar(&cfg.RedisURL, "redis-url", relaybench.DefaultRedisURL, "redis: the server (a throwaway stream, capped with MAXLEN ~, is appended to and deleted)")
 	f.StringVar(&cfg.MQTTURL, "mqtt-url", relaybench.DefaultMQTTURL, "mqtt: the broker to publish to, QoS 1")
 	f.StringVar(&cfg.PubSubEndpoint, "pubsub-endpoint", "", "pubsub: host:port of a Pub/Sub emulator (empty: Google, with the environment's credentials; a throwaway topic is created and deleted)")

@@ -137,7 +137,6 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--backoff-max", "-1s", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--backoff-max"},
 		{[]string{"bench", "--sink", "email", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--sink: "email"`},
 		{[]string{"bench", "--sink", "kafka", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--kafka-brokers: required with --sink kafka"},
-		{[]string{"bench", "--sink", "webhook", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--webhook-url: required with --sink webhook"},
 		{[]string{"bench", "--sink", "redis", "--redis-url", "http://u:pa55@127.0.0.1:6379", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--redis-url: url: "http://[redacted]@127.0.0.1:6379": the scheme must be redis, rediss or unix`},
 		{[]string{"bench", "--sink", "rabbitmq", "--rabbitmq-url", "http://guest:s3cret@127.0.0.1:5672/", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--rabbitmq-url: not an AMQP URI"},
 		{[]string{"bench", "--sink", "pubsub", "--pubsub-endpoint", "localhost", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--pubsub-endpoint: "localhost" is not host:port`},
@@ -183,12 +182,14 @@ func TestBenchSinksAtPeers(t *testing.T) {
 	t.Cleanup(func() { _ = pubsubServer.Close() })
 
 	cases := map[string][]string{
-		"nats":     {"--sink", "nats", "--nats-url", natstest.URL(t)},
-		"kafka":    {"--sink", "kafka", "--kafka-brokers", strings.Join(kafkaBroker.ListenAddrs(), ","), "--kafka-partitions", "4"},
-		"webhook":  {"--sink", "webhook", "--webhook-url", receiver.URL + "/hook"},
-		"rabbitmq": {"--sink", "rabbitmq", "--rabbitmq-url", rabbitmqtest.URL(t)},
-		"redis":    {"--sink", "redis", "--redis-url", redistest.URL(t)},
-		"pubsub":   {"--sink", "pubsub", "--pubsub-endpoint", pubsubServer.Addr},
+		"nats":    {"--sink", "nats", "--nats-url", natstest.URL(t)},
+		"kafka":   {"--sink", "kafka", "--kafka-brokers", strings.Join(kafkaBroker.ListenAddrs(), ","), "--kafka-partitions", "4"},
+		"webhook": {"--sink", "webhook", "--webhook-url", receiver.URL + "/hook"},
+		// Without --webhook-url: an endpoint in the bench's process.
+		"webhook-in-process": {"--sink", "webhook"},
+		"rabbitmq":           {"--sink", "rabbitmq", "--rabbitmq-url", rabbitmqtest.URL(t)},
+		"redis":              {"--sink", "redis", "--redis-url", redistest.URL(t)},
+		"pubsub":             {"--sink", "pubsub", "--pubsub-endpoint", pubsubServer.Addr},
 	}
 	for name, sinkArgs := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -208,7 +209,7 @@ func TestBenchSinksAtPeers(t *testing.T) {
 			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 				t.Fatalf("stdout is not the JSON result (%v):\n%s", err, r)
 			}
-			if res.Sink != name || res.Verification.Delivered != 300 || res.Verification.Lost != 0 {
+			if res.Sink != sinkArgs[1] || res.Verification.Delivered != 300 || res.Verification.Lost != 0 {
 				t.Fatalf("result %+v\n%s", res, r)
 			}
 			if name == "webhook" && received.Load() < 300 {

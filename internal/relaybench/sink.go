@@ -6,7 +6,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"text/template"
 	"time"
 
@@ -170,15 +173,30 @@ func (d *destinationEnv) startKafka(ctx context.Context, cfg Config, name string
 }
 
 // startWebhook signs with a key of its own: the receiver at cfg.WebhookURL
-// need not check signatures, only answer 2xx.
+// need not check signatures, only answer 2xx. Without a URL it starts an
+// endpoint of its own on loopback that answers every request 204 at once.
 func (d *destinationEnv) startWebhook(cfg Config, logger *slog.Logger) error {
 	key := make([]byte, 24)
 	if _, err := rand.Read(key); err != nil {
 		return fmt.Errorf("making a webhook secret: %w", err)
 	}
 	secret := sinkconfig.Secret("whsec_" + base64.StdEncoding.EncodeToString(key))
+	target := cfg.WebhookURL
+	if target == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("starting a webhook endpoint: %w", err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			_, _ = io.Copy(io.Discard, req.Body)
+			w.WriteHeader(http.StatusNoContent)
+		})}
+		go func() { _ = srv.Serve(ln) }()
+		d.closers = append(d.closers, srv.Shutdown)
+		target = "http://" + ln.Addr().String() + "/hook"
+	}
 	d.newSink = func(sinkName string) (sinks.Sink, error) {
-		return webhook.New(sinkName, webhook.Config{URL: cfg.WebhookURL, Secret: secret}, logger)
+		return webhook.New(sinkName, webhook.Config{URL: target, Secret: secret}, logger)
 	}
 	return nil
 }

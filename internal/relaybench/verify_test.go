@@ -157,7 +157,6 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Sink = "email" }, `--sink: "email"`},
 		{func(c *Config) { c.Sink = SinkKafka }, "--kafka-brokers: required with --sink kafka"},
 		{func(c *Config) { c.Sink = SinkKafka; c.KafkaBrokers = []string{"127.0.0.1:9092", "kafka"} }, `--kafka-brokers: broker 2 "kafka"`},
-		{func(c *Config) { c.Sink = SinkWebhook }, "--webhook-url: required with --sink webhook"},
 		{func(c *Config) { c.Sink = SinkWebhook; c.WebhookURL = "127.0.0.1:8099/hook" }, `--webhook-url: "127.0.0.1:8099/hook" is not an http(s) URL`},
 		{func(c *Config) { c.Mode = ModeLive; c.Rate = 10_000_000; c.Duration = time.Hour }, "--rate, --duration"},
 		{func(c *Config) { c.Mode = ModeOutage; c.Outage = -time.Second }, "--outage: must be positive"},
