@@ -218,7 +218,7 @@ func (o *benchOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, "relay.poll_interval (0: the relay's default; skew 50ms)")
 	f.DurationVar(&cfg.Lease, "lease", 0, "relay.lease (0: the relay's default)")
 	f.DurationVar(&cfg.HandOffAfter, "hand-off-after", 0, "relay.hand_off_after: how long a batch waits for its sinks before handing off what they have not answered (0: the relay's default)")
-	f.StringVar((*string)(&cfg.Capture), "capture", "", "database.capture: table, or wal to emit the backlog into the write-ahead log and read it from a replication slot (--mode drain or live, one relay, PostgreSQL)")
+	f.StringVar((*string)(&cfg.Capture), "capture", "", "database.capture: table, or wal to emit the backlog into the write-ahead log and read it from a replication slot (--mode drain, live or binary, one relay, PostgreSQL)")
 	f.IntVar(&cfg.Rate, "rate", relaybench.DefaultRate, "live, isolation, slow: producers' total events/s (0: as fast as they can; default 1000, slow 200)")
 	f.IntVar(&cfg.Producers, "producers", relaybench.DefaultProducers, "live, isolation, slow: producer goroutines")
 	f.IntVar(&cfg.TxEvents, "tx-events", 1, "live, isolation, slow: events each producer transaction commits")

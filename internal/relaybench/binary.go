@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/heraldhq/herald/relay"
 	"io"
 	"net"
 	"net/http"
@@ -65,6 +66,13 @@ func (r *run) binary(ctx context.Context) error {
 	}
 	out := &BinaryResult{Binary: bin}
 	r.res.Binary = out
+	if cfg.Capture == relay.CaptureWAL {
+		// The backlog a relay that was down finds in its slot: the slot
+		// exists before the events, as the relay's first start makes it.
+		if _, err := r.admin.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", r.tables.SlotName()); err != nil {
+			return fmt.Errorf("creating the replication slot %s: %w", r.tables.SlotName(), err)
+		}
+	}
 	fmt.Fprintf(cfg.Progress, "inserting %d events over %s in schema %s...\n", cfg.Events, keysText(cfg.Keys), r.tables.Schema)
 	if err := r.commitEvents(ctx, 0, cfg.Events, "", true); err != nil {
 		return err
@@ -157,8 +165,12 @@ func (r *run) binaryConfig(addr string) []byte {
 	if r.cfg.PollOnly {
 		relayCfg["poll_only"] = true
 	}
+	database := map[string]any{"url": r.cfg.DatabaseURL, "schema": r.tables.Schema, "table": r.tables.Table}
+	if r.cfg.Capture == relay.CaptureWAL {
+		database["capture"] = string(relay.CaptureWAL)
+	}
 	b, _ := json.MarshalIndent(map[string]any{ // maps and strings always marshal
-		"database": map[string]any{"url": r.cfg.DatabaseURL, "schema": r.tables.Schema, "table": r.tables.Table},
+		"database": database,
 		"relay":    relayCfg,
 		"log":      map[string]any{"level": "warn"},
 		"admin":    map[string]any{"listen": addr, "console": false},

@@ -146,11 +146,12 @@ type Config struct {
 	// a batch waits for its sinks before it hands off what they have not
 	// answered (0: the relay's default).
 	HandOffAfter time.Duration
-	// Capture is relay.Config.Capture: with relay.CaptureWAL (ModeDrain
-	// or ModeLive, PostgreSQL, one relay), the backlog or the producers'
-	// events are emitted into the write-ahead log (outbox_emit_event)
-	// instead of inserted into the table, and the relay reads them from a
-	// replication slot.
+	// Capture is relay.Config.Capture: with relay.CaptureWAL (ModeDrain,
+	// ModeLive or ModeBinary, PostgreSQL, one relay), the backlog or the
+	// producers' events are emitted into the write-ahead log
+	// (outbox_emit_event) instead of inserted into the table, and the relay
+	// reads them from a replication slot (ModeBinary creates the slot
+	// before the backlog, as a relay's first start would).
 	Capture relay.Capture
 
 	// Rate is the producers' total commit rate in ModeLive, ModeIsolation
@@ -525,8 +526,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--hand-off-after: must not be negative, got %s", c.HandOffAfter)
 	case c.Capture != "" && c.Capture != relay.CaptureTable && c.Capture != relay.CaptureWAL:
 		return fmt.Errorf("--capture: must be %q or %q, got %q", relay.CaptureTable, relay.CaptureWAL, c.Capture)
-	case c.Capture == relay.CaptureWAL && (c.Mode != ModeDrain && c.Mode != ModeLive || c.Relays != 1 || c.isMySQL()):
-		return fmt.Errorf("--capture wal: measures --mode drain or live with one relay on PostgreSQL (got mode %s, %d relays)", c.Mode, c.Relays)
+	case c.Capture == relay.CaptureWAL && (c.Mode != ModeDrain && c.Mode != ModeLive && c.Mode != ModeBinary || c.Relays != 1 || c.isMySQL()):
+		return fmt.Errorf("--capture wal: measures --mode drain, live or binary with one relay on PostgreSQL (got mode %s, %d relays)", c.Mode, c.Relays)
 	case c.Producers < 1 || c.Producers > 1000:
 		return fmt.Errorf("--producers: must be between 1 and 1000, got %d", c.Producers)
 	case c.TxEvents < 1 || c.TxEvents > 1000:

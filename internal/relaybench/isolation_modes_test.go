@@ -161,6 +161,32 @@ func TestBinary(t *testing.T) {
 	}
 }
 
+// TestBinaryCaptureWAL: --mode binary --capture wal emits the backlog into
+// a slot made before it and times relay run reading it, with no outbox row.
+func TestBinaryCaptureWAL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the relay binary")
+	}
+	t.Parallel()
+	pgtest.RequireLogicalWAL(t, pgtest.Pool(t))
+	bin := relayBinary(t)
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := relaybench.Run(ctx, relaybench.Config{DatabaseURL: pgtest.URL(t), Mode: relaybench.ModeBinary, Capture: relay.CaptureWAL,
+		Events: 2000, Keys: 50, RelayBinary: bin, Timeout: time.Minute, Progress: &progress})
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if b := res.Binary; b == nil || b.Published < 2000 || res.RowsLeft != 0 || res.Verification.Lost != 0 {
+		t.Fatalf("result %+v, binary %+v", res, b)
+	}
+	var slots int
+	if err := pgtest.Pool(t).QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE starts_with(slot_name, $1)", "herald_"+res.Schema).Scan(&slots); err != nil || slots != 0 {
+		t.Fatalf("%d slots of schema %s left (%v)", slots, res.Schema, err)
+	}
+}
+
 // TestBinaryRelayMissing: a binary that cannot start is an error naming the
 // flag.
 func TestBinaryRelayMissing(t *testing.T) {
