@@ -131,7 +131,11 @@ type Config struct {
 	// benchmarks set it hours off: nothing the database compares comes
 	// from it (retries, leases and pauses are timed on the database's
 	// clock), so a host whose clock is wrong neither spends an event's
-	// attempts at once nor holds its key.
+	// attempts at once nor holds its key. The relay times its own view of
+	// its lanes' lease with it (when to renew them, how long to trust
+	// them, how long lanes taken over from a dead relay wait): it must
+	// never go backwards, as time.Now's monotonic reading does not; tests
+	// move it forward instead of waiting for a lease.
 	Clock func() time.Time
 }
 

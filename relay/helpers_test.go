@@ -340,6 +340,17 @@ func (p *progress) waitClaims(t testing.TB, n int64) {
 	waitFor(t, 30*time.Second, fmt.Sprintf("%d more claims", n), func() bool { return p.claims.Load() >= target })
 }
 
+// testClock is a Config.Clock a test moves forward: the relay's view of
+// its lanes' lease (when to renew, how long lanes taken over wait) follows
+// it, so a test ends a lease or a quarantine at once instead of waiting
+// for one. Between moves it runs with time.Now.
+type testClock struct{ ahead atomic.Int64 }
+
+func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.ahead.Load())) }
+
+// advance moves the clock d forward.
+func (c *testClock) advance(d time.Duration) { c.ahead.Add(int64(d)) }
+
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

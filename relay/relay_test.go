@@ -391,8 +391,11 @@ func TestSinkPanicLosesNothing(t *testing.T) {
 // TestCrashedRelaysEventsAreTakenOverAfterLease: a relay that claimed a
 // batch and died keeps its lanes until their lease runs out on the
 // database's clock, and no other relay delivers its events before; then a
-// live relay takes the lanes over and delivers them, once each. The test
-// ends the dead relay's lease by moving its time instead of waiting for it.
+// live relay takes the lanes over, waits two thirds of a lease (the dead
+// relay may still have been publishing) and delivers them, once each. The
+// test moves time instead of waiting for it: the dead relay's lease on the
+// database, the live relay's renewals and wait on its Config.Clock (a
+// lease of a minute, which the test would not outlast on the wall clock).
 func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b *testBundle) {
@@ -407,30 +410,43 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 		if err != nil || len(rows) != 3 {
 			t.Fatalf("crashed relay claimed %d rows: %v", len(rows), err)
 		}
+		clock, obs := &testClock{}, &progress{}
 		cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
-		// Lanes are refreshed every third of a lease, and a lane taken
-		// over waits two thirds of one.
-		cfg.Lease = time.Second
+		cfg.Lease, cfg.Clock, cfg.Observer = time.Minute, clock.now, obs
+		renewEvery := 2 * time.Second // a third of a lease, at most 2 s
 		b.start(t, cfg)
-		// The live relay renews its heartbeat with its lanes, then tries to
-		// acquire lanes: after two renewals it has tried at least once.
 		heartbeat := func() time.Time {
 			var hb time.Time
 			b.db.queryRow(t, fmt.Sprintf("SELECT coalesce(max(heartbeat_until), %s) FROM %s WHERE owner <> 'crashed-relay'", b.db.now(), b.db.names().Relays()), &hb)
 			return hb
 		}
-		for i, last := 0, heartbeat(); i < 2; i++ {
-			waitFor(t, 10*time.Second, "the live relay's lanes refreshed", func() bool { return heartbeat().After(last) })
-			last = heartbeat()
+		// The live relay renews its heartbeat with its lanes, and tries to
+		// acquire lanes as it does.
+		waitFor(t, 10*time.Second, "the live relay's heartbeat", func() bool { return !heartbeat().IsZero() })
+		for range 2 {
+			last := heartbeat()
+			clock.advance(renewEvery)
+			waitFor(t, 10*time.Second, "the live relay's lanes renewed", func() bool { return heartbeat().After(last) })
 		}
+		obs.waitClaims(t, 2)
 		if got := b.rec.all(); len(got) != 0 {
 			t.Fatalf("delivered %+v while the crashed relay's lease was live", got)
 		}
 		if n := b.countIn(t, b.db.names().Lanes(), "owner = 'crashed-relay'"); n != laneCount {
 			t.Fatalf("the crashed relay holds %d lanes while its lease is live, want %d", n, laneCount)
 		}
+
 		b.expireLeases(t, "crashed-relay")
-		waitFor(t, 10*time.Second, "takeover", func() bool { return len(b.rec.all()) == 3 })
+		clock.advance(renewEvery)
+		waitFor(t, 10*time.Second, "takeover", func() bool {
+			return b.countIn(t, b.db.names().Lanes(), "owner = 'crashed-relay'") == 0
+		})
+		obs.waitClaims(t, 2)
+		if got := b.rec.all(); len(got) != 0 {
+			t.Fatalf("delivered %+v less than two thirds of a lease after the takeover", got)
+		}
+		clock.advance(cfg.Lease * 2 / 3)
+		waitFor(t, 10*time.Second, "delivery two thirds of a lease after the takeover", func() bool { return len(b.rec.all()) == 3 })
 		exactlyOnce(t, b.rec.all(), "mem", seqs)
 	})
 }
@@ -641,49 +657,47 @@ func seqsInOrder(got []received) []int64 {
 	return out
 }
 
-// TestTakeoverWaitsForTheOldOwnersBatch: a relay renews its lanes, claims a
-// key's event as late as it may (just before 2/3 of a lease) and is cut off
-// with its publish in flight: the event reaches the sink half a lease
-// later, after its lanes expired. The
-// relay taking the lanes over delivers the event again and the key's newer
-// one, but not before that: every delivery of the key, duplicates included,
-// arrives in order.
+// TestTakeoverWaitsForTheOldOwnersBatch: a relay claims a key's event and
+// is cut off with its publish in flight; its lanes' lease runs out and
+// another relay takes them over. The new owner delivers the event again
+// and the key's newer one, but only two thirds of a lease after it took
+// the lanes (the old owner may claim until two thirds of a lease after it
+// renewed them, and its publish ends with its lease), so the old owner's
+// delivery, landing meanwhile, keeps the key in order. The test moves time
+// instead of waiting for it: the old lease on the database, the new
+// owner's wait on its Config.Clock.
 func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, b *testBundle) {
 		ctx := context.Background()
-		const lease = 2 * time.Second
 		old := b.session(t, "old-relay")
-		renewed := time.Now()
-		if _, err := old.refreshLanes(ctx, lease, nil, 0); err != nil {
+		if _, err := old.refreshLanes(ctx, time.Minute, nil, 0); err != nil {
 			t.Fatal(err)
 		}
 		b.insert(t, ev{topic: "t", key: "k"})
-		latestClaim := renewed.Add(lease*2/3 - 50*time.Millisecond)
-		time.Sleep(time.Until(latestClaim))
 		rows, _, err := old.claim(ctx, ^uint64(0), rowLimit(10), store.Position{}, []string{""}, []int32{10}, []int32{10}, nil)
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("old relay claimed %d rows: %v", len(rows), err)
 		}
-		// The publish lands counted from the latest moment a relay may claim,
-		// not from when this claim returned: on a loaded machine the claim can
-		// return later than a relay would have made it.
-		// It lands half a lease after the claim, after the lanes expired
-		// (at renewed + lease): the new owner may claim only two thirds of
-		// a lease after it took them over, which leaves this timer half a
-		// lease of slack on a loaded machine.
-		landed := make(chan struct{})
-		time.AfterFunc(time.Until(latestClaim.Add(lease/2)), func() {
-			b.rec.mu.Lock()
-			b.rec.got = append(b.rec.got, received{sink: "mem", id: rows[0].id, key: "k", seq: rows[0].seq, at: time.Now()})
-			b.rec.mu.Unlock()
-			close(landed)
-		})
 		b.insert(t, ev{topic: "t", key: "k"})
+		b.expireLeases(t, "old-relay")
+
+		clock, obs := &testClock{}, &progress{}
 		cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
-		cfg.Lease = lease
+		cfg.Lease, cfg.Clock, cfg.Observer = time.Minute, clock.now, obs
 		b.start(t, cfg)
-		<-landed
+		waitFor(t, 10*time.Second, "takeover", func() bool {
+			return b.countIn(t, b.db.names().Lanes(), "owner = 'old-relay'") == 0
+		})
+		obs.waitClaims(t, 2)
+		if got := b.rec.all(); len(got) != 0 {
+			t.Fatalf("the new owner delivered %+v less than two thirds of a lease after the takeover", got)
+		}
+		// The old owner's publish lands.
+		b.rec.mu.Lock()
+		b.rec.got = append(b.rec.got, received{sink: "mem", id: rows[0].id, key: "k", seq: rows[0].seq, at: time.Now()})
+		b.rec.mu.Unlock()
+		clock.advance(cfg.Lease * 2 / 3)
 		waitFor(t, 10*time.Second, "both delivered by the new owner", func() bool { return len(b.rec.all()) == 3 })
 		got := seqsInOrder(b.rec.all())
 		for i := 1; i < len(got); i++ {

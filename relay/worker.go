@@ -35,7 +35,8 @@ type worker struct {
 	leases store.Leases
 	block  uint64
 	// lanesValidUntil: past it, the lane leases may have been taken over and
-	// no event may be claimed until they are renewed.
+	// no event may be claimed until they are renewed. It, lanesExpire and
+	// quarantine are times of Config.Clock (Relay.now).
 	lanesValidUntil time.Time
 	// lanesExpire is when the lane leases run out unless renewed.
 	lanesExpire time.Time
@@ -149,13 +150,16 @@ func (w *worker) loop(ctx, work context.Context) {
 			nextLanes = time.Time{}
 		default:
 		}
-		now := time.Now()
-		if !now.Before(nextLanes) {
+		// The lanes' lease is timed on Config.Clock, which a test moves on
+		// instead of waiting for a lease; the rest of the loop on the
+		// monotonic clock.
+		if hostNow := w.r.now(); !hostNow.Before(nextLanes) {
 			if err := w.refreshLanes(work); err != nil {
 				w.log.Warn("relay: renewing lanes failed", "error", err)
 			}
-			nextLanes = now.Add(laneEvery)
+			nextLanes = hostNow.Add(laneEvery)
 		}
+		now := time.Now()
 		if !now.Before(nextMaintain) {
 			if w.index == 0 {
 				w.maintainInBackground(ctx)
@@ -194,7 +198,7 @@ func (w *worker) loop(ctx, work context.Context) {
 			// spends at most a third of the time on it.
 			wait = min(wait, max(lingerEvery, 2*time.Since(cycleStart)))
 		}
-		wait = min(wait, time.Until(nextLanes), time.Until(nextStats), time.Until(nextMaintain))
+		wait = min(wait, nextLanes.Sub(w.r.now()), time.Until(nextStats), time.Until(nextMaintain))
 		timer.Reset(max(wait, 0))
 		select {
 		case <-ctx.Done():
@@ -238,7 +242,7 @@ func (w *worker) maintainInBackground(ctx context.Context) {
 }
 
 func (w *worker) refreshLanes(ctx context.Context) error {
-	start := time.Now()
+	start := w.r.now()
 	v, err := w.store.refreshLanes(ctx, w.r.cfg.Lease, w.r.pausedSinkNames(), w.flightLanes())
 	if err != nil {
 		return err
@@ -314,7 +318,7 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	cfg := w.r.cfg
 	start := time.Now()
 	fence := w.leases // the leases the claim is made under: the record is fenced by them
-	mask := w.claimableLanes(start)
+	mask := w.claimableLanes(w.r.now())
 	var queueSinks []string
 	var queueHeads, queueRows []int32
 	if w.queuesDirty.Swap(false) || !start.Before(w.nextQueueClaim) {
@@ -368,12 +372,10 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	b := w.newBatch(fresh, queued, w.r.now())
 	b.plan()
 	// A publish ends when the lanes' lease would: past it, another relay
-	// may own them and publish the same keys.
-	deadline := time.Now().Add(cfg.PublishTimeout)
-	if w.lanesExpire.Before(deadline) {
-		deadline = w.lanesExpire
-	}
-	b.publish(ctx, deadline, w.r.handOffAfter())
+	// may own them and publish the same keys. The lease is timed on
+	// Config.Clock, the call's deadline on the monotonic clock.
+	budget := min(cfg.PublishTimeout, w.lanesExpire.Sub(w.r.now()))
+	b.publish(ctx, time.Now().Add(budget), w.r.handOffAfter())
 	b.now = w.r.now()
 	b.settle()
 	b.late = w.landedTargets()
@@ -501,7 +503,7 @@ func (w *worker) land(ctx context.Context) {
 // delivered again.
 func (w *worker) record(ctx context.Context, o *outcome, n int) (fenced uint64, err error) {
 	for attempt := 1; ; attempt++ {
-		if time.Now().After(w.lanesExpire) {
+		if w.r.now().After(w.lanesExpire) {
 			return 0, fmt.Errorf("not recording a batch of %d events: the lanes' lease ran out (they stay where they were and will be delivered again)", n)
 		}
 		start := time.Now()
