@@ -26,7 +26,7 @@ import (
 // heals. The earlier design left E3 parked at 'infinity' for good.
 func TestReplayReleasesEveryFollower(t *testing.T) {
 	t.Parallel()
-	eachStore(t, testReplayReleasesEveryFollower)
+	eachStoreAndCapture(t, testReplayReleasesEveryFollower)
 }
 
 func testReplayReleasesEveryFollower(t *testing.T, b *testBundle) {
@@ -300,7 +300,7 @@ func (s *naiveSink) Publish(ctx context.Context, events []sinks.Event) []error {
 // that rule to each sink and recorded E2 as done.
 func TestRelayHoldsBackAKeyWhateverTheSinkReports(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		var failed atomic.Bool
 		var firstSeq atomic.Int64
 		sink := &naiveSink{testSink{name: "naive", rec: b.rec}}
@@ -341,7 +341,7 @@ func TestQueuesOutliveAConfigurationSlip(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			eachStore(t, func(t *testing.T, b *testBundle) {
+			eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 				var down atomic.Bool
 				down.Store(true)
 				up := &testSink{name: "up", rec: b.rec}
@@ -427,7 +427,7 @@ func (g unconfiguredGauge) SinkUnconfigured(sink string, n int64) {
 // operator replays or purges it.
 func TestStopKeyCoversEventsDeadBeforeAnySink(t *testing.T) {
 	t.Parallel()
-	eachStore(t, testStopKeyCoversEventsDeadBeforeAnySink)
+	eachStoreAndCapture(t, testStopKeyCoversEventsDeadBeforeAnySink)
 }
 
 func testStopKeyCoversEventsDeadBeforeAnySink(t *testing.T, b *testBundle) {

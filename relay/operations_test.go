@@ -20,7 +20,7 @@ import (
 
 func TestPausedSinks(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		var down atomic.Bool
 		down.Store(true)
 		s := &testSink{name: "flaky", rec: b.rec, fail: func(sinks.Event) error {

@@ -16,7 +16,7 @@ import (
 
 func TestDeliversCommittedEventsOnce(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		sink := &testSink{name: "mem", rec: b.rec}
 		stop := b.start(t, b.config(t, sink))
 
@@ -71,7 +71,7 @@ func TestManyRelaysKeepKeyOrder(t *testing.T) {
 // retry's time to now instead of waiting for the backoff.
 func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		var calls atomic.Int32
 		sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
 			if e.Topic == "bad" {
@@ -139,7 +139,7 @@ func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
 
 func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
 			if e.Topic == "bad" {
 				return sinks.Permanent(fmt.Errorf("rejected: %w", errBoom))
@@ -164,7 +164,7 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 
 func TestFailingHeadHoldsOnlyItsKey(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		var failures atomic.Int32
 		sink := &testSink{name: "mem", rec: b.rec}
 		head := int64(0)
@@ -205,7 +205,7 @@ func TestFailingHeadHoldsOnlyItsKey(t *testing.T) {
 
 func TestDelayedEventsAreNotPublishedEarly(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		sink := &testSink{name: "mem", rec: b.rec}
 		start := time.Now()
 		later := b.insert(t, ev{topic: "later", key: "k", delay: 1500 * time.Millisecond})[0]
@@ -225,7 +225,7 @@ func TestDelayedEventsAreNotPublishedEarly(t *testing.T) {
 
 func TestSinkDownLosesAndDeadLettersNothing(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		var down atomic.Bool
 		down.Store(true)
 		downSink := &testSink{name: "down", rec: b.rec, fail: func(e sinks.Event) error {
@@ -278,7 +278,7 @@ func TestSinkDownLosesAndDeadLettersNothing(t *testing.T) {
 // recovers, the queue drains in order and the deliveries table empties.
 func TestFailingKeyQueuesAndDrains(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		var failing atomic.Bool
 		failing.Store(true)
 		flaky := &testSink{name: "flaky", rec: b.rec, fail: func(e sinks.Event) error {
@@ -318,7 +318,7 @@ func TestFailingKeyQueuesAndDrains(t *testing.T) {
 
 func TestFanOutRetriesOnlyTheFailedSink(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		var fails atomic.Int32
 		okSink := &testSink{name: "kafka", rec: b.rec}
 		flaky := &testSink{name: "webhook", rec: b.rec, fail: func(e sinks.Event) error {
@@ -349,7 +349,7 @@ func TestFanOutRetriesOnlyTheFailedSink(t *testing.T) {
 
 func TestNoRouteDeadLettersWithReason(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		cfg := b.config(t)
 		cfg.Routes = []Route{{Topics: []string{"orders.*"}, Targets: []Target{{Sink: &testSink{name: "mem", rec: b.rec}}}}}
 		b.insert(t, ev{topic: "invoices.sent"}, ev{topic: "orders.paid"})
@@ -378,7 +378,7 @@ func (p *panickySink) Publish(ctx context.Context, events []sinks.Event) []error
 
 func TestSinkPanicLosesNothing(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		sink := &panickySink{testSink: testSink{name: "mem", rec: b.rec}}
 		seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "a"})
 		b.start(t, b.config(t, sink))
@@ -453,7 +453,7 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 
 func TestGracefulShutdownFinishesBatchAndReleases(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		sink := &testSink{name: "mem", rec: b.rec, delay: 500 * time.Millisecond}
 		seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"})
 		stop := b.start(t, b.config(t, sink))
@@ -524,7 +524,7 @@ func TestStopKeyOnDeadLetterHoldsTheKey(t *testing.T) {
 
 func TestRetryAfterFromTheSinkIsHonoured(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		var failed atomic.Bool
 		sink := &testSink{name: "mem", rec: b.rec, fail: func(e sinks.Event) error {
 			if !failed.Swap(true) {
@@ -605,7 +605,7 @@ func TestRetryAfterSchedulesTheDelivery(t *testing.T) {
 // reach the sink after F, because F holds the key while it waits.
 func TestLateEventWaitsForParkedFollower(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, b *testBundle) {
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
 		var (
 			headSeq  atomic.Int64
 			failed   atomic.Bool
