@@ -81,11 +81,11 @@ func (c Config) Validate() error {
 	if c.SessionToken != "" && c.AccessKeyID == "" {
 		return errors.New("session_token: needs access_key_id and secret_access_key")
 	}
-	if c.Timeout < 0 {
-		return fmt.Errorf("timeout: %s must not be negative", c.Timeout)
-	}
-	if c.MaxInFlight < 0 {
-		return fmt.Errorf("max_in_flight: %d must not be negative", c.MaxInFlight)
+	if err := cmp.Or(
+		sinkconfig.NotNegative("timeout", c.Timeout),
+		sinkconfig.NotNegative("max_in_flight", c.MaxInFlight),
+	); err != nil {
+		return err
 	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		return err

@@ -135,11 +135,11 @@ func (c Config) Validate() error {
 	if !utf8.ValidString(c.ClientID) || len(c.ClientID) > 65535 {
 		return fmt.Errorf("client_id: %q must be UTF-8 text of at most 65535 bytes", c.ClientID)
 	}
-	if c.AckTimeout < 0 {
-		return fmt.Errorf("ack_timeout: %s must not be negative", c.AckTimeout)
-	}
-	if c.ConnectTimeout < 0 {
-		return fmt.Errorf("connect_timeout: %s must not be negative", c.ConnectTimeout)
+	if err := cmp.Or(
+		sinkconfig.NotNegative("ack_timeout", c.AckTimeout),
+		sinkconfig.NotNegative("connect_timeout", c.ConnectTimeout),
+	); err != nil {
+		return err
 	}
 	if c.KeepAlive < 0 || c.KeepAlive > 65535*time.Second {
 		return fmt.Errorf("keep_alive: %s must be between 0 and 65535s", c.KeepAlive)

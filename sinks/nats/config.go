@@ -176,11 +176,11 @@ func (c Config) Validate() error {
 	if methods > 1 {
 		return errors.New("credentials_file, token, user/password, nkey_seed_file: give at most one")
 	}
-	if c.AckTimeout < 0 {
-		return fmt.Errorf("ack_timeout: %s must not be negative", c.AckTimeout)
-	}
-	if c.MaxPending < 0 {
-		return fmt.Errorf("max_pending: %d must not be negative", c.MaxPending)
+	if err := cmp.Or(
+		sinkconfig.NotNegative("ack_timeout", c.AckTimeout),
+		sinkconfig.NotNegative("max_pending", c.MaxPending),
+	); err != nil {
+		return err
 	}
 	if err := c.CloudEvents.ValidateFormat(string(c.Format)); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/heraldhq/herald/sinks/internal/cloudevents"
+	"github.com/heraldhq/herald/sinks/sinkconfig"
 )
 
 // Format is how an event becomes a message.
@@ -91,11 +92,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("credentials_file: %w", err)
 		}
 	}
-	if c.Timeout < 0 {
-		return fmt.Errorf("timeout: %s must not be negative", c.Timeout)
-	}
-	if c.MaxTopics < 0 {
-		return fmt.Errorf("max_topics: %d must not be negative", c.MaxTopics)
+	if err := cmp.Or(
+		sinkconfig.NotNegative("timeout", c.Timeout),
+		sinkconfig.NotNegative("max_topics", c.MaxTopics),
+	); err != nil {
+		return err
 	}
 	if err := c.CloudEvents.ValidateFormat(string(c.Format)); err != nil {
 		return err

@@ -98,14 +98,12 @@ func (c Config) Validate() error {
 	if _, err := parseExchange(c.Exchange); err != nil {
 		return err
 	}
-	if c.ConfirmTimeout < 0 {
-		return fmt.Errorf("confirm_timeout: %s must not be negative", c.ConfirmTimeout)
-	}
-	if c.MaxPending < 0 {
-		return fmt.Errorf("max_pending: %d must not be negative", c.MaxPending)
-	}
-	if c.MaxMessageSize < 0 {
-		return fmt.Errorf("max_message_size: %d must not be negative", c.MaxMessageSize)
+	if err := cmp.Or(
+		sinkconfig.NotNegative("confirm_timeout", c.ConfirmTimeout),
+		sinkconfig.NotNegative("max_pending", c.MaxPending),
+		sinkconfig.NotNegative("max_message_size", c.MaxMessageSize),
+	); err != nil {
+		return err
 	}
 	if err := c.CloudEvents.ValidateFormat(string(c.Format)); err != nil {
 		return err

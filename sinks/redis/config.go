@@ -55,14 +55,12 @@ func (c Config) Validate() error {
 	if _, err := c.options(); err != nil {
 		return err
 	}
-	if c.MaxLen < 0 {
-		return fmt.Errorf("max_len: %d must not be negative", c.MaxLen)
-	}
-	if c.MaxPayload < 0 {
-		return fmt.Errorf("max_payload: %d must not be negative", c.MaxPayload)
-	}
-	if c.Timeout < 0 {
-		return fmt.Errorf("timeout: %s must not be negative", c.Timeout)
+	if err := cmp.Or(
+		sinkconfig.NotNegative("max_len", c.MaxLen),
+		sinkconfig.NotNegative("max_payload", c.MaxPayload),
+		sinkconfig.NotNegative("timeout", c.Timeout),
+	); err != nil {
+		return err
 	}
 	if _, err := c.TLS.Build("tls"); err != nil {
 		return err

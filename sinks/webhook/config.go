@@ -123,14 +123,12 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("format: %q must be envelope, raw or cloudevents", c.Format)
 	}
-	if c.Timeout < 0 {
-		return fmt.Errorf("timeout: %s must not be negative", c.Timeout)
-	}
-	if c.Concurrency < 0 {
-		return fmt.Errorf("concurrency: %d must not be negative", c.Concurrency)
-	}
-	if c.MaxBodyBytes < 0 {
-		return fmt.Errorf("max_body_bytes: %d must not be negative", c.MaxBodyBytes)
+	if err := cmp.Or(
+		sinkconfig.NotNegative("timeout", c.Timeout),
+		sinkconfig.NotNegative("concurrency", c.Concurrency),
+		sinkconfig.NotNegative("max_body_bytes", c.MaxBodyBytes),
+	); err != nil {
+		return err
 	}
 	for name, value := range c.Headers {
 		if !validHeaderName(name) {
