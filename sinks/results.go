@@ -185,6 +185,26 @@ func (r *Results) Ended() bool {
 	return err != nil
 }
 
+// Connect begins a Publish call that sends over a connection (a client, a
+// channel): it returns what connect returns, and true, when the call has
+// events to send, its context has not ended and connect succeeded.
+// Otherwise it returns false and the call sends nothing: a call with no
+// events, or whose context ended (see Ended), never connects, and
+// connect's error becomes the result of every event. Either way the sink
+// returns r.Errors() when it is done.
+func Connect[C any](r *Results, connect func(context.Context) (C, error)) (C, bool) {
+	var none C
+	if len(r.events) == 0 || r.Ended() {
+		return none, false
+	}
+	conn, err := connect(r.ctx)
+	if err != nil {
+		r.FailRest(err)
+		return none, false
+	}
+	return conn, true
+}
+
 // notSent is ErrNotSent with the reason the call ended.
 func notSent(cause error) error { return fmt.Errorf("%w (%w)", ErrNotSent, cause) }
 

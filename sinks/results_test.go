@@ -278,3 +278,37 @@ func TestResultsEnded(t *testing.T) {
 		t.Fatalf("results %v, want the delivery kept and ErrNotSent for the other", errs)
 	}
 }
+
+func TestConnectOnlyForACallThatCanSend(t *testing.T) {
+	calls := 0
+	connect := func(context.Context) (string, error) {
+		calls++
+		return "conn", nil
+	}
+	if _, ok := Connect(NewResults(context.Background(), nil, nil), connect); ok || calls != 0 {
+		t.Fatalf("a call with no events: ok %v after %d connects, want false without connecting", ok, calls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res := NewResults(ctx, keyed("a"), nil)
+	if _, ok := Connect(res, connect); ok || calls != 0 {
+		t.Fatalf("an ended call: ok %v after %d connects, want false without connecting", ok, calls)
+	}
+	if errs := res.Errors(); !errors.Is(errs[0], ErrNotSent) {
+		t.Fatalf("an ended call: %v, want ErrNotSent", errs[0])
+	}
+	refused := Unavailable(errors.New("connection refused"))
+	res = NewResults(context.Background(), keyed("a", "b"), nil)
+	if _, ok := Connect(res, func(context.Context) (string, error) { return "", refused }); ok {
+		t.Fatal("a failed connect: ok, want false")
+	}
+	for i, err := range res.Errors() {
+		if !errors.Is(err, refused) {
+			t.Errorf("event %d after a failed connect: %v, want the connect's error", i, err)
+		}
+	}
+	res = NewResults(context.Background(), keyed("a"), nil)
+	if conn, ok := Connect(res, connect); !ok || conn != "conn" || calls != 1 {
+		t.Fatalf("Connect = %q, %v after %d connects, want the connection", conn, ok, calls)
+	}
+}

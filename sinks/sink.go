@@ -38,10 +38,12 @@
 // Blocked before it sends each event, and sets each result (Delivered, Fail,
 // FailRest) as soon as it knows it. Results names the event and where it
 // went in every error ("publishing event ID to WHERE: cause"), and returns
-// the call's results with Errors. A sink that sends one event at a time
-// hands the sending to Results.PublishEach, which sends a key's events in
-// order and different keys at once, as many as a Limiter shared by all the
-// sink's calls allows.
+// the call's results with Errors. A sink that sends over a connection gets
+// it with Connect, which connects only for a call that has something to
+// send and makes a failure to connect every event's result. A sink that
+// sends one event at a time hands the sending to Results.PublishEach, which
+// sends a key's events in order and different keys at once, as many as a
+// Limiter shared by all the sink's calls allows.
 //
 // # Early results
 //

@@ -319,12 +319,8 @@ func (s *Sink) PublishesConcurrently() bool { return true }
 // error classes.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 	res := sinks.NewResults(ctx, events, nil)
-	if len(events) == 0 || res.Ended() {
-		return res.Errors()
-	}
-	c, err := s.connect(ctx)
-	if err != nil {
-		res.FailRest(err)
+	c, ok := sinks.Connect(res, s.connect)
+	if !ok {
 		return res.Errors()
 	}
 	// The broker answers a connection's PUBLISHes in the order it got them

@@ -283,12 +283,8 @@ type sent struct {
 // Pub/Sub acknowledges its message.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 	res := sinks.NewResults(ctx, events, topic)
-	if len(events) == 0 || res.Ended() {
-		return res.Errors()
-	}
-	client, err := s.connect(ctx)
-	if err != nil {
-		res.FailRest(err)
+	client, ok := sinks.Connect(res, s.connect)
+	if !ok {
 		return res.Errors()
 	}
 	used := map[string]*topicPublisher{}

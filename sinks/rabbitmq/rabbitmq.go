@@ -413,12 +413,8 @@ func onChannel(ctx context.Context, conn *amqp.Connection, f func(*amqp.Channel)
 // and error classes.
 func (s *Sink) Publish(ctx context.Context, events []sinks.Event) []error {
 	res := sinks.NewResults(ctx, events, nil)
-	if len(events) == 0 || res.Ended() {
-		return res.Errors()
-	}
-	pc, err := s.channel(ctx)
-	if err != nil {
-		res.FailRest(err)
+	pc, ok := sinks.Connect(res, s.channel)
+	if !ok {
 		return res.Errors()
 	}
 	b := &batch{sink: s, res: res, events: events, pc: pc, returns: pc.returns,
