@@ -85,6 +85,13 @@ admin server on a free loopback port, and times from the process's start
 until its own herald_events_published_total (scraped from /metrics every
 50ms) counts every event. CPU is that process's.
 
+--mode idle runs the relays on empty tables (with relay run's defaults
+unless --poll-interval, --workers and the like say otherwise) and counts,
+for --duration (default 1m), the statements and round trips their
+connections send, their CPU, and the local PostgreSQL server's (with
+--capture wal, not the slot's status updates on the replication
+connection, about one a second).
+
 Every run then verifies that each committed event was acknowledged at least
 once by every sink and that each key's events arrived at each sink in seq
 order, and exits 1 when not (--mode binary checks the relay's counter and
@@ -207,7 +214,7 @@ func (o *benchOptions) run(cmd *cobra.Command, g *globalFlags) error {
 func (o *benchOptions) addFlags(f *pflag.FlagSet) {
 	cfg := &o.cfg
 	f.StringVar(&o.mode, "mode", string(relaybench.ModeDrain),
-		"drain (time a committed backlog), live (latency under a steady rate), outage (writes while a sink is down), isolation (latency while a sink is down), hotkey (drain beside a failing key), slow (a fast sink beside a slow one), recovery (a queued backlog's drain vs the same flowing), skew (retry spacing with the relay's clock off) or binary (relay run timed from outside)")
+		"drain (time a committed backlog), live (latency under a steady rate), outage (writes while a sink is down), isolation (latency while a sink is down), hotkey (drain beside a failing key), slow (a fast sink beside a slow one), recovery (a queued backlog's drain vs the same flowing), skew (retry spacing with the relay's clock off), binary (relay run timed from outside) or idle (the database load of relays at rest)")
 	f.IntVar(&cfg.Events, "events", relaybench.DefaultEvents, "drain, outage, hotkey, recovery, skew, binary: events in the backlog (hotkey: 100000 by default, recovery: 6000 per phase, skew: 200)")
 	f.IntVar(&cfg.Keys, "keys", relaybench.DefaultKeys, "distinct keys (0: every event its own key; default 1000, recovery 20, skew one per event)")
 	f.IntVar(&cfg.PayloadBytes, "payload-bytes", relaybench.DefaultPayloadBytes, "size of each event's JSON payload")
@@ -222,7 +229,7 @@ func (o *benchOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&cfg.Rate, "rate", relaybench.DefaultRate, "live, isolation, slow: producers' total events/s (0: as fast as they can; default 1000, slow 200)")
 	f.IntVar(&cfg.Producers, "producers", relaybench.DefaultProducers, "live, isolation, slow: producer goroutines")
 	f.IntVar(&cfg.TxEvents, "tx-events", 1, "live, isolation, slow: events each producer transaction commits")
-	f.DurationVar(&cfg.Duration, "duration", relaybench.DefaultDuration, "live, isolation, slow: how long producers run (default 30s, slow 20s, isolation --outage-after + --outage + 2m)")
+	f.DurationVar(&cfg.Duration, "duration", relaybench.DefaultDuration, "live, isolation, slow: how long producers run (default 30s, slow 20s, isolation --outage-after + --outage + 2m); idle: how long to count (default 1m)")
 	f.DurationVar(&cfg.Baseline, "baseline", 0, "live: first run the producers this long with no relay and compare commit rates")
 	f.DurationVar(&cfg.ReportEvery, "report-every", 0, "print events/s, latency, backlog, table size and dead tuples at this interval")
 	f.DurationVar(&cfg.Outage, "outage", 0, `outage, isolation: how long sink "down" refuses events (0: 60s for outage, 5m for isolation)`)

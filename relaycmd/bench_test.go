@@ -122,7 +122,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench", "--mode", "soak", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--mode: "soak" must be drain, live, outage, isolation, hotkey, slow, recovery, skew or binary`},
+		{[]string{"bench", "--mode", "soak", "--database-url", "postgres://u@127.0.0.1:1/db"}, `--mode: "soak" must be drain, live, outage, isolation, hotkey, slow, recovery, skew, binary or idle`},
 		{[]string{"bench", "--mode", "skew", "--fail-attempts", "10", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--fail-attempts: must be between 1 and 9"},
 		{[]string{"bench", "--mode", "skew", "--clock-offset", "25h", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--clock-offset: must be within ±24h"},
 		{[]string{"bench", "--mode", "slow", "--answer-after", "-1s", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--answer-after: must not be negative"},

@@ -94,11 +94,12 @@ type Result struct {
 	Outage    *OutageResult    `json:"outage,omitempty"`
 	Isolation *IsolationResult `json:"isolation,omitempty"`
 	HotKey    *HotKeyResult    `json:"hot_key,omitempty"`
-	// Slow, Recovery, Skew and Binary are the figures of their modes.
+	// Slow, Recovery, Skew, Binary and Idle are the figures of their modes.
 	Slow     *SlowResult     `json:"slow,omitempty"`
 	Recovery *RecoveryResult `json:"recovery,omitempty"`
 	Skew     *SkewResult     `json:"skew,omitempty"`
 	Binary   *BinaryResult   `json:"binary,omitempty"`
+	Idle     *IdleResult     `json:"idle,omitempty"`
 	// RowsLeft is the outbox rows left once the relays stopped.
 	RowsLeft int64 `json:"rows_left"`
 	// Verification covers every sink: an event counts as delivered when
@@ -187,7 +188,9 @@ type run struct {
 	sinks []*benchSink
 	rec   *Recording
 	obs   *observer
-	res   *Result
+	// statements counts what the relays' connections send (ModeIdle).
+	statements statementCounter
+	res        *Result
 	// appName is the application_name of every connection that writes the
 	// outbox or deliveries tables (relays, backlog inserts), so that the
 	// bench can wait for them to be gone before it reads their counters.
@@ -372,6 +375,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		err = r.skew(ctx)
 	case ModeBinary:
 		err = r.binary(ctx)
+	case ModeIdle:
+		r.runSink("bench", 0, nil)
+		err = r.idle(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -526,7 +532,12 @@ func (r *run) newRelay(ctx context.Context, rs *relays, cfg relay.Config) (*rela
 	}
 	// The relay's own session settings, as relay run uses them, under the
 	// run's application name.
-	pool, err := newPool(ctx, r.cfg.DatabaseURL, 0, r.writerPool)
+	pool, err := newPool(ctx, r.cfg.DatabaseURL, 0, func(pc *pgxpool.Config) {
+		r.writerPool(pc)
+		if r.cfg.Mode == ModeIdle {
+			pc.ConnConfig.Tracer = &r.statements
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

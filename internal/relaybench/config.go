@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -61,6 +62,10 @@ const (
 	// herald_events_published_total, scraped from its admin server, counts
 	// every event.
 	ModeBinary Mode = "binary"
+	// ModeIdle runs relays on empty tables and counts, for Duration, the
+	// statements their connections send and the CPU they and the database
+	// use: the price of a relay at rest.
+	ModeIdle Mode = "idle"
 )
 
 // Sink names of the modes with two sinks (ModeOutage, ModeIsolation): "up"
@@ -339,18 +344,22 @@ const (
 	DefaultFailurePause = time.Second
 )
 
-// Defaults of the isolation modes (issue 23's measurements).
+// Defaults of the isolation modes: the cases docs/benchmarks.md reports.
 const (
-	DefaultSlowRate           = 200
-	DefaultSlowDuration       = 20 * time.Second
-	DefaultSlowAnswerAfter    = 200 * time.Millisecond
-	DefaultRecoveryEvents     = 6_000
-	DefaultRecoveryKeys       = 20
-	DefaultRecoveryAnswer     = 20 * time.Millisecond
-	DefaultSkewEvents         = 200
-	DefaultClockOffset        = time.Hour
-	DefaultFailAttempts       = 3
-	DefaultSkewPollInterval   = 50 * time.Millisecond
+	DefaultSlowRate         = 200
+	DefaultSlowDuration     = 20 * time.Second
+	DefaultSlowAnswerAfter  = 200 * time.Millisecond
+	DefaultRecoveryEvents   = 6_000
+	DefaultRecoveryKeys     = 20
+	DefaultRecoveryAnswer   = 20 * time.Millisecond
+	DefaultSkewEvents       = 200
+	DefaultClockOffset      = time.Hour
+	DefaultFailAttempts     = 3
+	DefaultSkewPollInterval = 50 * time.Millisecond
+	// DefaultIdleDuration is ModeIdle's window: a minute holds several
+	// rounds of every periodic statement (lane renewals, maintenance,
+	// gauges).
+	DefaultIdleDuration       = time.Minute
 	DefaultSkewBackoffInitial = 200 * time.Millisecond
 
 	// isolationTail is how long the producers of ModeIsolation run after
@@ -450,6 +459,9 @@ func (c Config) WithDefaults() Config {
 		if c.Mode == ModeSlow {
 			c.Duration = DefaultSlowDuration
 		}
+		if c.Mode == ModeIdle {
+			c.Duration = DefaultIdleDuration
+		}
 		if c.Mode == ModeIsolation && c.Outage > 0 && c.OutageAfter > 0 {
 			c.Duration = c.OutageAfter + c.Outage + isolationTail
 		}
@@ -507,7 +519,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case !c.Mode.valid():
-		return fmt.Errorf("--mode: %q must be drain, live, outage, isolation, hotkey, slow, recovery, skew or binary", c.Mode)
+		return fmt.Errorf("--mode: %q must be drain, live, outage, isolation, hotkey, slow, recovery, skew, binary or idle", c.Mode)
 	case c.Events < 1:
 		return fmt.Errorf("--events: must be at least 1, got %d", c.Events)
 	case c.Keys < 0:
@@ -526,8 +538,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--hand-off-after: must not be negative, got %s", c.HandOffAfter)
 	case c.Capture != "" && c.Capture != relay.CaptureTable && c.Capture != relay.CaptureWAL:
 		return fmt.Errorf("--capture: must be %q or %q, got %q", relay.CaptureTable, relay.CaptureWAL, c.Capture)
-	case c.Capture == relay.CaptureWAL && (c.Mode != ModeDrain && c.Mode != ModeLive && c.Mode != ModeBinary || c.Relays != 1 || c.isMySQL()):
-		return fmt.Errorf("--capture wal: measures --mode drain, live or binary with one relay on PostgreSQL (got mode %s, %d relays)", c.Mode, c.Relays)
+	case c.Capture == relay.CaptureWAL && (!slices.Contains([]Mode{ModeDrain, ModeLive, ModeBinary, ModeIdle}, c.Mode) || c.Relays != 1 || c.isMySQL()):
+		return fmt.Errorf("--capture wal: measures --mode drain, live, binary or idle with one relay on PostgreSQL (got mode %s, %d relays)", c.Mode, c.Relays)
 	case c.Producers < 1 || c.Producers > 1000:
 		return fmt.Errorf("--producers: must be between 1 and 1000, got %d", c.Producers)
 	case c.TxEvents < 1 || c.TxEvents > 1000:
@@ -631,7 +643,7 @@ func (c Config) Validate() error {
 // to receivers of their own.
 func (c Config) validateMode() error {
 	switch c.Mode {
-	case ModeSlow, ModeRecovery, ModeSkew, ModeBinary:
+	case ModeSlow, ModeRecovery, ModeSkew, ModeBinary, ModeIdle:
 	default:
 		return nil
 	}
@@ -649,7 +661,7 @@ func (c Config) validateMode() error {
 
 func (m Mode) valid() bool {
 	switch m {
-	case ModeDrain, ModeLive, ModeOutage, ModeIsolation, ModeHotKey, ModeSlow, ModeRecovery, ModeSkew, ModeBinary:
+	case ModeDrain, ModeLive, ModeOutage, ModeIsolation, ModeHotKey, ModeSlow, ModeRecovery, ModeSkew, ModeBinary, ModeIdle:
 		return true
 	}
 	return false

@@ -35,7 +35,7 @@
 //     the other keys and reports the claims' durations; afterwards the key
 //     heals and its events are delivered.
 //
-// Three modes measure isolation (issue 23), with webhook sinks posting to
+// Three modes measure isolation, with webhook sinks posting to
 // receivers in the bench's process (receiver.go), which note when each
 // event arrived:
 //
@@ -48,10 +48,11 @@
 //   - ModeSkew sets relay.Config.Clock hours off, fails each event's first
 //     attempts and compares the retries' spacing with the backoff.
 //
-// ModeBinary times the relay as a user meets it (issue 25): `relay run` in
+// ModeBinary times the relay as a user meets it: `relay run` in
 // a process of its own, from its start until its own
 // herald_events_published_total, scraped from its admin server, counts the
-// committed backlog.
+// committed backlog. ModeIdle counts what relays at rest send the
+// database (a pgx tracer on their pools) and the CPU it costs.
 //
 // On MySQL or MariaDB (a mysql:// Config.DatabaseURL; mysql.go), ModeDrain
 // and ModeLive run in a database of the run's own. The backlog and the

@@ -241,3 +241,33 @@ func TestCaptureWAL(t *testing.T) {
 		})
 	}
 }
+
+// TestIdle: relays at rest still renew their lanes (every 2 s at most), so
+// a window of a few seconds counts their round trips; the text report
+// says what was counted.
+func TestIdle(t *testing.T) {
+	t.Parallel()
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Not run's checks: there is no event to verify.
+	res, err := relaybench.Run(ctx, relaybench.Config{DatabaseURL: pgtest.URL(t), Mode: relaybench.ModeIdle,
+		Duration: 5 * time.Second, Progress: &progress})
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	in := res.Idle
+	if in == nil || in.Seconds < 5 || in.RoundTrips < 1 || in.Statements < 1 || res.Events != 0 {
+		t.Fatalf("idle result %+v, %d events", in, res.Events)
+	}
+	if in.RoundTripsPerSecond != float64(in.RoundTrips)/in.Seconds {
+		t.Fatalf("round trips per second %v for %d in %vs", in.RoundTripsPerSecond, in.RoundTrips, in.Seconds)
+	}
+	var text strings.Builder
+	if err := res.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d round trips", in.RoundTrips); !strings.Contains(text.String(), want) {
+		t.Fatalf("text report without %q:\n%s", want, text.String())
+	}
+}

@@ -20,11 +20,17 @@ func (res *Result) WriteText(w io.Writer) error {
 		sinkText = fmt.Sprintf("sinks %s (%s) and %s (webhook, receiver in-process)", SinkUp, res.Sink, SinkHook)
 	case ModeBinary:
 		sinkText = "relay run with a discard sink"
+	case ModeIdle:
+		sinkText = "a discard sink, no events"
 	}
 	ew.printf("mode %s, %s, %d relay(s) × %d worker(s), batch size %d, %s, %d-byte payloads%s\n",
 		res.Mode, sinkText, res.Relays, res.Workers, res.BatchSize, keysText(res.Keys), res.PayloadBytes, pollText(res.PollOnly))
 	if !res.LanesSettled {
 		ew.printf("note: the relays had not shared out the lanes when the measurement began\n")
+	}
+	if res.Idle != nil {
+		writeIdle(ew, res)
+		return ew.err
 	}
 	if h := res.HotKey; h != nil {
 		writeHotKey(ew, h)
