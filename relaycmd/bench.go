@@ -241,6 +241,7 @@ func (o *benchOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&cfg.ClockOffset, "clock-offset", relaybench.DefaultClockOffset, "skew: added to the relays' clock (negative: behind)")
 	f.IntVar(&cfg.FailAttempts, "fail-attempts", relaybench.DefaultFailAttempts, "skew: attempts of each event the sink fails before it acknowledges it (1 to 9)")
 	f.StringVar(&cfg.RelayBinary, "relay-binary", "", "binary: the relay binary to start (default this executable)")
+	f.IntVar(&cfg.History, "history", 0, "drain: events drained through the relays before the backlog, the tables analysed mid-drain and the backlog not analysed (a burst into an idle relay on a table with a past)")
 	f.IntVar(&cfg.HotEvents, "hot-events", relaybench.DefaultHotEvents, "hotkey: events of the hot key queued behind its failing head (0: no hot key, the run to compare with)")
 	f.StringVar(&o.sink, "sink", relaybench.SinkDiscard, "discard, nats (JetStream at --nats-url), kafka (at --kafka-brokers), webhook (at --webhook-url), redis (at --redis-url), rabbitmq (at --rabbitmq-url), mqtt (at --mqtt-url), pubsub (at --pubsub-endpoint), sqs or sns (at --aws-endpoint, credentials from the AWS environment)")
 	f.StringVar(&cfg.NATSURL, "nats-url", relaybench.DefaultNATSURL, "nats: JetStream server (a throwaway stream is created and deleted)")

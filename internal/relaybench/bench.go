@@ -39,6 +39,8 @@ type Result struct {
 
 	// Events is the number of events committed in the measured phase.
 	Events int `json:"events"`
+	// History is Config.History: events drained before the measured phase.
+	History int `json:"history,omitempty"`
 	// ElapsedSeconds is the measured phase: from the backlog's commit to the
 	// last event recorded (drain), or from the producers' start to the last
 	// event recorded (live, isolation). In hotkey, from the commit of the
@@ -190,7 +192,10 @@ type run struct {
 	obs   *observer
 	// statements counts what the relays' connections send (ModeIdle).
 	statements statementCounter
-	res        *Result
+	// before is the distinct events delivered before the measured phase
+	// (Config.History), which checkFinished does not count toward target.
+	before atomic.Int64
+	res    *Result
 	// appName is the application_name of every connection that writes the
 	// outbox or deliveries tables (relays, backlog inserts), so that the
 	// bench can wait for them to be gone before it reads their counters.
@@ -304,7 +309,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("--table: %w", err)
 	}
 	r.res = &Result{Mode: cfg.Mode, Sink: cfg.Sink, Schema: r.tables.Schema, Relays: cfg.Relays, BatchSize: cfg.BatchSize,
-		PollOnly: cfg.PollOnly, Keys: cfg.Keys, PayloadBytes: cfg.PayloadBytes}
+		PollOnly: cfg.PollOnly, Keys: cfg.Keys, PayloadBytes: cfg.PayloadBytes, History: cfg.History}
 	if r.res.BatchSize == 0 {
 		r.res.BatchSize = relay.Config{}.WithDefaults().BatchSize
 	}
@@ -347,7 +352,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.origin = time.Now()
 	switch cfg.Mode {
 	case ModeDrain:
-		r.runSink("bench", cfg.Events, nil)
+		r.runSink("bench", cfg.Events+cfg.History, nil)
 		if r.my != nil {
 			err = r.drainMySQL(ctx)
 		} else {
@@ -673,11 +678,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// checkFinished closes finished once target distinct events are delivered
-// to every sink and at least that many outcomes recorded.
+// checkFinished closes finished once target distinct events (besides the
+// delivered events of an earlier phase, before) are delivered to every sink
+// and at least target outcomes recorded.
 func (r *run) checkFinished() {
 	target := r.target.Load()
-	if target <= 0 || !r.delivered(target) || r.obs.recorded.Load() < target {
+	if target <= 0 || !r.delivered(target+r.before.Load()) || r.obs.recorded.Load() < target {
 		return
 	}
 	r.finishOnce.Do(func() {
@@ -777,6 +783,11 @@ func (r *run) drain(ctx context.Context) error {
 		return err
 	}
 	defer stop()
+	if cfg.History > 0 {
+		if err := r.history(ctx, rs); err != nil {
+			return err
+		}
+	}
 
 	fmt.Fprintf(cfg.Progress, "inserting %d events over %s in schema %s...\n", cfg.Events, keysText(cfg.Keys), r.tables.Schema)
 	insertStart := time.Now()
@@ -793,9 +804,12 @@ func (r *run) drain(ctx context.Context) error {
 	if db, ok := serverCPU(postmaster); ok && postmaster != 0 {
 		r.res.WriteDatabaseCPUSeconds = (db - written).Seconds()
 	}
-	// Fresh statistics, as autovacuum would have gathered for a backlog.
-	if _, err := tx.Exec(ctx, "ANALYZE "+r.tables.Outbox()); err != nil {
-		return fmt.Errorf("analyzing the backlog: %w", err)
+	// Fresh statistics, as autovacuum would have gathered for a backlog;
+	// after a history, the statistics it left.
+	if cfg.History == 0 {
+		if _, err := tx.Exec(ctx, "ANALYZE "+r.tables.Outbox()); err != nil {
+			return fmt.Errorf("analyzing the backlog: %w", err)
+		}
 	}
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", r.tables.Channel()); err != nil {
 		return fmt.Errorf("notifying the relays: %w", err)
@@ -813,11 +827,51 @@ func (r *run) drain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	committed := make([]bool, cfg.Events)
+	committed := make([]bool, cfg.Events+cfg.History)
 	for i := range committed {
 		committed[i] = true
 	}
 	r.finish(ctx, committed, elapsed, cpu, cpuScopeDrain)
+	return nil
+}
+
+// history runs Config.History events through the relays before a drain's
+// measured phase: committed in one transaction (indexes from Config.Events
+// on), the outbox and deliveries tables analysed once half of them are
+// delivered, then drained to the end. The relays are idle when it returns,
+// with the statistics of a half-drained table and the dead entries the
+// drain left.
+func (r *run) history(ctx context.Context, rs *relays) error {
+	cfg := r.cfg
+	n := cfg.History
+	fmt.Fprintf(cfg.Progress, "history: %d events through the relays, the tables analysed mid-drain...\n", n)
+	if err := r.commitEvents(ctx, cfg.Events, cfg.Events+n, "", false); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(cfg.Timeout)
+	for !r.delivered(int64(n / 2)) {
+		if err := rs.failed(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("history: %s of %d events delivered after --timeout %s", r.uniqueText(), n, cfg.Timeout)
+		}
+		if !sleep(ctx, 5*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	if _, err := r.admin.Exec(ctx, "ANALYZE "+r.tables.Outbox()+", "+r.tables.Deliveries()); err != nil {
+		return fmt.Errorf("history: analyzing the tables mid-drain: %w", err)
+	}
+	end, err := r.waitEmpty(ctx, rs, nil, int64(n), false, time.Since(r.origin).Nanoseconds()+cfg.Timeout.Nanoseconds())
+	if err != nil {
+		return err
+	}
+	if end == 0 {
+		return fmt.Errorf("history: %s of %d events delivered after --timeout %s", r.uniqueText(), n, cfg.Timeout)
+	}
+	r.obs.reset()
+	r.before.Store(int64(n))
 	return nil
 }
 

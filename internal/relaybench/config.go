@@ -274,6 +274,12 @@ type Config struct {
 	// HotEventsSet means HotEvents was given, so that 0 is taken as "no hot
 	// key" rather than "use the default".
 	HotEventsSet bool
+	// History, in ModeDrain on PostgreSQL, gives the tables a past before
+	// the measured backlog: History events committed and drained by the
+	// same relays, the outbox analysed when half of them are delivered
+	// and not after; the backlog is then committed without an ANALYZE, as
+	// a batch job's burst meets a relay idle on a table with history.
+	History int
 
 	// AnswerAfter is how late the receiver of the slow sink (ModeSlow) or
 	// of the sink "hook" (ModeRecovery) answers each request. Defaults to
@@ -526,6 +532,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--keys: must not be negative, got %d", c.Keys)
 	case c.PayloadBytes < minPayloadBytes || c.PayloadBytes > maxPayloadBytes:
 		return fmt.Errorf("--payload-bytes: must be between %d and %d, got %d", minPayloadBytes, maxPayloadBytes, c.PayloadBytes)
+	case c.History < 0 || c.History > maxLiveEvents:
+		return fmt.Errorf("--history: must be between 0 and %d, got %d", maxLiveEvents, c.History)
+	case c.History > 0 && (c.Mode != ModeDrain || c.isMySQL() || c.Capture == relay.CaptureWAL):
+		return errors.New("--history: gives a table a past in --mode drain on PostgreSQL's table capture only")
 	case c.Relays < 1 || c.Relays > 64:
 		return fmt.Errorf("--relays: must be between 1 and 64, got %d", c.Relays)
 	case c.BatchSize < 0:

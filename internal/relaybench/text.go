@@ -25,6 +25,9 @@ func (res *Result) WriteText(w io.Writer) error {
 	}
 	ew.printf("mode %s, %s, %d relay(s) × %d worker(s), batch size %d, %s, %d-byte payloads%s\n",
 		res.Mode, sinkText, res.Relays, res.Workers, res.BatchSize, keysText(res.Keys), res.PayloadBytes, pollText(res.PollOnly))
+	if res.History > 0 {
+		ew.printf("after a history: %d events drained through the same relays, the tables analysed mid-drain; the backlog not analysed\n", res.History)
+	}
 	if !res.LanesSettled {
 		ew.printf("note: the relays had not shared out the lanes when the measurement began\n")
 	}
