@@ -505,10 +505,12 @@ func (b *batch) settleTarget(o *outcome, t *target, status targetStatus) bool {
 
 	case tDead:
 		b.counts.dead++
+		sink := "" // the routing step's
 		if t.sink != nil {
+			sink = t.name
 			b.r.cfg.Observer.Failed(t.name, b.r.label(it.topic), "dead")
 		}
-		b.r.cfg.Observer.DeadLettered(b.r.label(it.topic))
+		b.r.cfg.Observer.DeadLettered(sink, b.r.label(it.topic))
 		b.r.logEvent(it, t.name, "relay: event dead-lettered", t.err, "stops_key", t.stops)
 		switch {
 		case t.fresh:

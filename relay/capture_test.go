@@ -319,8 +319,12 @@ func TestCaptureWALResumesFromTheSlot(t *testing.T) {
 	}
 	b.startWAL(t, b.walConfig(t, "wal-b", sink))
 	waitDelivered(t, b.rec, "mem", down)
-	for id, n := range deliveredTimes(b.rec, "mem") {
-		if n != 1 {
+	// Only the first relay's events: the second delivers at least once,
+	// and on a machine loaded enough to lapse its lease, it reads again
+	// what it had not settled.
+	times := deliveredTimes(b.rec, "mem")
+	for _, id := range first {
+		if n := times[id]; n != 1 {
 			t.Errorf("event %s delivered %d times, want once (a relay that stops confirms what it delivered)", id, n)
 		}
 	}

@@ -21,9 +21,11 @@ type Observer interface {
 	Published(sink, topic string, latency time.Duration)
 	// Failed reports a failed delivery; outcome is "retry", "dead" or "paused".
 	Failed(sink, topic, outcome string)
-	// DeadLettered reports a dead letter: an event dead on one sink (or on
-	// the routing step, when no route matched or it could not be read).
-	DeadLettered(topic string)
+	// DeadLettered reports a dead letter: an event dead on sink (sink is
+	// empty at the routing step, when no route matched or the event could
+	// not be read). A dead letter on a sink is also reported to Failed,
+	// as the attempt that failed, with outcome "dead".
+	DeadLettered(sink, topic string)
 	// SinkPaused reports a sink being paused (true) or resumed (false).
 	SinkPaused(sink string, paused bool)
 	// Recorded reports one outcome-recording round trip.
@@ -80,7 +82,7 @@ func (NopObserver) Published(string, string, time.Duration) {}
 func (NopObserver) Failed(string, string, string) {}
 
 // DeadLettered implements Observer.
-func (NopObserver) DeadLettered(string) {}
+func (NopObserver) DeadLettered(string, string) {}
 
 // SinkPaused implements Observer.
 func (NopObserver) SinkPaused(string, bool) {}
@@ -152,9 +154,9 @@ func (t observers) Failed(sink, topic, outcome string) {
 	}
 }
 
-func (t observers) DeadLettered(topic string) {
+func (t observers) DeadLettered(sink, topic string) {
 	for _, o := range t {
-		o.DeadLettered(topic)
+		o.DeadLettered(sink, topic)
 	}
 }
 

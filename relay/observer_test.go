@@ -20,7 +20,7 @@ func (c *callLog) log(format string, args ...any) {
 func (c *callLog) Claimed(n int, d time.Duration)         { c.log("claimed %d %s", n, d) }
 func (c *callLog) Published(s, t string, d time.Duration) { c.log("published %s %s %s", s, t, d) }
 func (c *callLog) Failed(s, t, o string)                  { c.log("failed %s %s %s", s, t, o) }
-func (c *callLog) DeadLettered(t string)                  { c.log("dead %s", t) }
+func (c *callLog) DeadLettered(s, t string)               { c.log("dead %s %s", s, t) }
 func (c *callLog) SinkPaused(s string, p bool)            { c.log("paused %s %v", s, p) }
 func (c *callLog) Recorded(n int, d time.Duration)        { c.log("recorded %d %s", n, d) }
 func (c *callLog) SinkPublish(s string, n int, d time.Duration) {
@@ -38,7 +38,7 @@ func TestObserversPassEveryMeasurementToEach(t *testing.T) {
 	o.Claimed(3, time.Millisecond)
 	o.Published("hook", "orders", 2*time.Millisecond)
 	o.Failed("hook", "orders", "retry")
-	o.DeadLettered("orders")
+	o.DeadLettered("hook", "orders")
 	o.SinkPaused("hook", true)
 	o.Recorded(3, 4*time.Millisecond)
 	o.SinkPublish("hook", 3, 5*time.Millisecond)
@@ -46,7 +46,7 @@ func TestObserversPassEveryMeasurementToEach(t *testing.T) {
 	o.SinkInFlight("hook", 7)
 	o.RecordFenced(4)
 	o.HistoryLength(9)
-	want := []string{"claimed 3 1ms", "published hook orders 2ms", "failed hook orders retry", "dead orders",
+	want := []string{"claimed 3 1ms", "published hook orders 2ms", "failed hook orders retry", "dead hook orders",
 		"paused hook true", "recorded 3 4ms", "publish hook 3 5ms", "handed off hook 2", "in flight hook 7",
 		"fenced 4", "history 9"}
 	for i, c := range []*callLog{a, b} {

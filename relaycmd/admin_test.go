@@ -133,8 +133,8 @@ routes: [{topics: ["*"], sinks: [hook]}]
 	for _, want := range []string{
 		`herald_events_published_total{sink="hook",topic="orders.created"} 1`,
 		`herald_events_published_total{sink="hook",topic="users.*"} 1`,
-		`herald_delivery_attempts_failed_total{outcome="dead",sink="hook",topic="orders.paid"} 1`,
-		`herald_dead_letters_total{topic="orders.created"} 1`,
+		`herald_delivery_attempts_failed_total{sink="hook",topic="orders.paid"} 1`,
+		`herald_dead_letters_total{sink="hook",topic="orders.created"} 1`,
 		`herald_build_info{go_version="`,
 		`version="` + testVersion + `"} 1`,
 		"go_goroutines ",

@@ -100,16 +100,16 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		}, sinkTopic),
 		attemptsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_delivery_attempts_failed_total",
-			Help: "Delivery attempts a sink failed, by what followed: outcome retry (tried again later) or dead (a dead letter: a permanent error or the last attempt).",
-		}, []string{"sink", "topic", "outcome"}),
+			Help: "Delivery attempts a sink failed, whether the event is tried again or becomes a dead letter (herald_dead_letters_total counts those).",
+		}, sinkTopic),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_events_deferred_total",
 			Help: "Deliveries put off because the sink was down (no attempt counted).",
 		}, sinkTopic),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_dead_letters_total",
-			Help: "Dead letters recorded, on a sink (each also a failed attempt with outcome dead) or at the routing step (no route, unreadable event).",
-		}, []string{"topic"}),
+			Help: "Dead letters recorded, per sink; sink is empty for those set aside at the routing step (no route matched, the event could not be read).",
+		}, sinkTopic),
 		claimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "herald_events_claimed_total",
 			Help: "Events claimed from the outbox table.",
@@ -229,14 +229,14 @@ func (m *Metrics) Published(sink, topic string, latency time.Duration) {
 func (m *Metrics) Failed(sink, topic, outcome string) {
 	switch outcome {
 	case outcomeRetry, outcomeDead:
-		m.attemptsFailed.WithLabelValues(sink, topic, outcome).Inc()
+		m.attemptsFailed.WithLabelValues(sink, topic).Inc()
 	case "paused":
 		m.deferred.WithLabelValues(sink, topic).Inc()
 	}
 }
 
 // DeadLettered implements relay.Observer.
-func (m *Metrics) DeadLettered(topic string) { m.deadLettered.WithLabelValues(topic).Inc() }
+func (m *Metrics) DeadLettered(sink, topic string) { m.deadLettered.WithLabelValues(sink, topic).Inc() }
 
 // SinkPaused implements relay.Observer.
 func (m *Metrics) SinkPaused(sink string, paused bool) {

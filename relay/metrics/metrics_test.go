@@ -48,7 +48,8 @@ func TestOutcomesAndPausedGauge(t *testing.T) {
 	m.Failed("kafka", "t", "paused")
 	m.Failed("kafka", "t", "retry")
 	m.Failed("kafka", "t", "dead")
-	m.DeadLettered("t")
+	m.DeadLettered("kafka", "t")
+	m.DeadLettered("", "t")
 	m.Published("kafka", "t", 30*time.Millisecond)
 	m.SinkPublish("kafka", 3, 2*time.Millisecond)
 	m.Claimed(3, time.Millisecond)
@@ -60,9 +61,9 @@ func TestOutcomesAndPausedGauge(t *testing.T) {
 	for _, want := range []string{
 		`herald_sink_paused{sink="kafka"} 1`,
 		`herald_events_deferred_total{sink="kafka",topic="t"} 1`,
-		`herald_delivery_attempts_failed_total{outcome="retry",sink="kafka",topic="t"} 1`,
-		`herald_delivery_attempts_failed_total{outcome="dead",sink="kafka",topic="t"} 1`,
-		`herald_dead_letters_total{topic="t"} 1`,
+		`herald_delivery_attempts_failed_total{sink="kafka",topic="t"} 2`,
+		`herald_dead_letters_total{sink="kafka",topic="t"} 1`,
+		`herald_dead_letters_total{sink="",topic="t"} 1`,
 		`herald_events_published_total{sink="kafka",topic="t"} 1`,
 		`herald_commit_to_publish_seconds_bucket{sink="kafka",le="0.03125"} 1`,
 		`herald_publish_duration_seconds_count{sink="kafka"} 1`,
