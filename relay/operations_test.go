@@ -62,6 +62,36 @@ func TestPausedSinks(t *testing.T) {
 	})
 }
 
+// TestPausedSinkIsProbedWhenItsPauseEnds: a paused sink's queue is
+// claimed again (its probe) when the pause ends, and the rest of it as soon
+// as the probe gets through, not at the workers' next poll: with a poll
+// interval of an hour, the backlog of a sink that was down for a moment is
+// delivered at once.
+func TestPausedSinkIsProbedWhenItsPauseEnds(t *testing.T) {
+	t.Parallel()
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
+		var refused atomic.Int64
+		s := &testSink{name: "flaky", rec: b.rec, fail: func(sinks.Event) error {
+			if refused.Add(1) == 1 { // the first event, and so its call
+				return sinks.Unavailable(errors.New("dial tcp: connection refused"))
+			}
+			return nil
+		}}
+		cfg := b.config(t, s)
+		cfg.PollInterval = time.Hour
+		cfg.SinkPause = Backoff{Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond, Jitter: -1}
+		var evs []ev
+		for i := range 20 {
+			evs = append(evs, ev{topic: "t", key: fmt.Sprintf("k%d", i%4)})
+		}
+		seqs := b.insert(t, evs...)
+		b.start(t, cfg)
+		waitFor(t, 30*time.Second, "every event after the sink's pause", func() bool { return len(b.rec.forSink("flaky")) >= len(evs) })
+		exactlyOnce(t, b.rec.all(), "flaky", seqs)
+		checkKeyOrder(t, b.rec.all())
+	})
+}
+
 // countingObserver counts SinkPublish calls and the events they carried.
 type countingObserver struct {
 	NopObserver

@@ -376,6 +376,23 @@ func (r *Relay) resume(s *sinkState) {
 	delete(r.pausedSince, s.name)
 	delete(r.pauseErr, s.name)
 	r.pausedMu.Unlock()
+	// Its queue drains from now, not from the workers' next poll.
+	r.signal(true)
+}
+
+// nextProbe is the earliest end of a sink's pause (Config.Clock), when the
+// sink's queue is claimed again to find out whether it is back; zero when
+// no sink is paused.
+func (r *Relay) nextProbe() time.Time {
+	var next time.Time
+	for _, s := range r.sinkStates {
+		s.mu.Lock()
+		if s.failures > 0 && (next.IsZero() || s.pausedUntil.Before(next)) {
+			next = s.pausedUntil
+		}
+		s.mu.Unlock()
+	}
+	return next
 }
 
 // recordFailure is a worker's record failing since a time.

@@ -66,6 +66,9 @@ type worker struct {
 	// the outbox alone.
 	queuesDirty    atomic.Bool
 	nextQueueClaim time.Time
+	// probed is the end of the sink pause whose probe the worker last
+	// claimed for (Relay.nextProbe).
+	probed time.Time
 	// queueTurn rotates the order of the sinks in queue claims.
 	queueTurn int
 	// freshFlowing: the last claim found new events in the outbox.
@@ -159,6 +162,12 @@ func (w *worker) loop(ctx, work context.Context) {
 			}
 			nextLanes = hostNow.Add(laneEvery)
 		}
+		// A paused sink's pause has ended: claim its queue now, to probe
+		// it, rather than at the next poll.
+		if p := w.r.nextProbe(); !p.IsZero() && !p.Equal(w.probed) && !w.r.now().Before(p) {
+			w.probed = p
+			w.queuesDirty.Store(true)
+		}
 		now := time.Now()
 		if !now.Before(nextMaintain) {
 			if w.index == 0 {
@@ -199,6 +208,9 @@ func (w *worker) loop(ctx, work context.Context) {
 			wait = min(wait, max(lingerEvery, 2*time.Since(cycleStart)))
 		}
 		wait = min(wait, nextLanes.Sub(w.r.now()), time.Until(nextStats), time.Until(nextMaintain))
+		if p := w.r.nextProbe(); !p.IsZero() && !p.Equal(w.probed) {
+			wait = min(wait, p.Sub(w.r.now()))
+		}
 		timer.Reset(max(wait, 0))
 		select {
 		case <-ctx.Done():
