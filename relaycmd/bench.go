@@ -110,8 +110,8 @@ a webhook receiver and a Pub/Sub server (pstest) in one process.
 The database comes from --database-url, DATABASE_URL or database.url in
 --config. Relays run in this process; CPU and RSS are this process's.
 
-On MySQL or MariaDB (a mysql:// URL), drain and live run, in a database of
-their own instead of a schema. A drain wakes the relays in process after
+On MySQL or MariaDB (a mysql:// URL), drain, live and binary run, in a
+database of their own instead of a schema. A drain wakes the relays in process after
 the backlog's commit (there is no NOTIFY) and times an application's INSERT
 into the outbox every 10ms throughout: a claim must never make it wait.
 Live producers write plain INSERTs, and the relays find them by polling.`

@@ -648,16 +648,16 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// validateMode checks what the isolation and binary modes require: they
-// run on PostgreSQL, and the slow and recovery modes' webhook sinks post
-// to receivers of their own.
+// validateMode checks what the isolation, binary and idle modes require:
+// they run on PostgreSQL (binary on MySQL too), and the slow and recovery
+// modes' webhook sinks post to receivers of their own.
 func (c Config) validateMode() error {
 	switch c.Mode {
 	case ModeSlow, ModeRecovery, ModeSkew, ModeBinary, ModeIdle:
 	default:
 		return nil
 	}
-	if c.isMySQL() {
+	if c.isMySQL() && c.Mode != ModeBinary {
 		return fmt.Errorf("--mode: %s runs on PostgreSQL only", c.Mode)
 	}
 	if c.Sink != SinkDiscard && c.Mode != ModeRecovery {

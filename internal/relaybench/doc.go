@@ -54,8 +54,8 @@
 // committed backlog. ModeIdle counts what relays at rest send the
 // database (a pgx tracer on their pools) and the CPU it costs.
 //
-// On MySQL or MariaDB (a mysql:// Config.DatabaseURL; mysql.go), ModeDrain
-// and ModeLive run in a database of the run's own. The backlog and the
+// On MySQL or MariaDB (a mysql:// Config.DatabaseURL; mysql.go), ModeDrain,
+// ModeLive and ModeBinary run in a database of the run's own. The backlog and the
 // producers are plain INSERTs, the drain wakes the relays in process after
 // its commit (relay.Relay.Wake), and an insert probe times an application's
 // INSERT into the outbox throughout the drain, counting any that would have

@@ -210,7 +210,7 @@ func TestIsolationModesValidate(t *testing.T) {
 		{relaybench.Config{Mode: relaybench.ModeRecovery, WebhookConcurrency: -1}, "--webhook-concurrency: "},
 		{relaybench.Config{Mode: relaybench.ModeSlow, AnswerAfter: -time.Second}, "--answer-after: "},
 		{relaybench.Config{Mode: relaybench.ModeBinary, Relays: 2}, "--relays: "},
-		{relaybench.Config{Mode: relaybench.ModeBinary, DatabaseURL: "mysql://root@127.0.0.1:3306/test"}, "--mode: "},
+		{relaybench.Config{Mode: relaybench.ModeIdle, DatabaseURL: "mysql://root@127.0.0.1:3306/test"}, "--mode: "},
 		{relaybench.Config{Mode: relaybench.ModeOutage, Capture: relay.CaptureWAL}, "--capture wal: "},
 		{relaybench.Config{Capture: "binlog"}, "--capture: "},
 	} {

@@ -356,8 +356,8 @@ func (c Config) validateMySQL() error {
 	if _, err := mysqlurl.Config(c.DatabaseURL); err != nil {
 		return fmt.Errorf("--database-url: %w", err)
 	}
-	if c.Mode != ModeDrain && c.Mode != ModeLive {
-		return fmt.Errorf("--mode: %s runs on PostgreSQL only; on MySQL, drain and live", c.Mode)
+	if c.Mode != ModeDrain && c.Mode != ModeLive && c.Mode != ModeBinary {
+		return fmt.Errorf("--mode: %s runs on PostgreSQL only; on MySQL, drain, live and binary", c.Mode)
 	}
 	if _, err := mysqlmigrations.NewTables(migrations.Tables{Table: c.Table}); err != nil {
 		return fmt.Errorf("--table: %w", err)

@@ -86,6 +86,38 @@ func TestMySQLLive(t *testing.T) {
 	}
 }
 
+// relay run, started by the bench on the run's own MariaDB database,
+// publishes every committed event by its own counter and leaves the outbox
+// empty; the database is dropped.
+func TestMySQLBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the relay binary")
+	}
+	t.Parallel()
+	bin := relayBinary(t)
+	url := mysqltest.URL(t)
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := relaybench.Run(ctx, relaybench.Config{DatabaseURL: url, Mode: relaybench.ModeBinary,
+		Events: 2000, Keys: 50, RelayBinary: bin, Timeout: time.Minute, Progress: &progress})
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if b := res.Binary; b == nil || b.Published < 2000 || res.Events != 2000 || res.RowsLeft != 0 || res.Verification.Lost != 0 {
+		t.Fatalf("result %+v, binary %+v", res, b)
+	}
+	db, err := mysqlurl.Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", res.Schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("database %s still exists (%d, %v)", res.Schema, n, err)
+	}
+}
+
 // The failure-path modes are PostgreSQL's only, and say so.
 func TestMySQLRefusesOtherModes(t *testing.T) {
 	t.Parallel()
