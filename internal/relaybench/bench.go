@@ -152,9 +152,14 @@ type Interval struct {
 	EventsPerSecond float64 `json:"events_per_s"`
 	LatencyP50      float64 `json:"latency_p50_ms,omitempty"`
 	LatencyP99      float64 `json:"latency_p99_ms,omitempty"`
-	Backlog         int64   `json:"backlog"`
-	TableBytes      int64   `json:"table_bytes"`
-	DeadTuples      int64   `json:"dead_tuples"`
+	// ClaimP50 and ClaimP99 are the claims that returned events in the
+	// interval, in milliseconds: a claim that slows as the table ages
+	// shows here.
+	ClaimP50   float64 `json:"claim_p50_ms,omitempty"`
+	ClaimP99   float64 `json:"claim_p99_ms,omitempty"`
+	Backlog    int64   `json:"backlog"`
+	TableBytes int64   `json:"table_bytes"`
+	DeadTuples int64   `json:"dead_tuples"`
 	// HistoryLength is InnoDB's history list length (MySQL), in place of
 	// DeadTuples.
 	HistoryLength *int64  `json:"history_list_length,omitempty"`

@@ -114,6 +114,10 @@ func TestLive(t *testing.T) {
 	if iv.EventsPerSecond <= 0 || iv.TableBytes <= 0 || iv.CommitRate <= 0 {
 		t.Fatalf("interval %+v", iv)
 	}
+	// Events flowed in the interval, so claims returned some.
+	if iv.ClaimP50 <= 0 || iv.ClaimP50 > iv.ClaimP99 || !strings.Contains(iv.String(), " claim p50 ") {
+		t.Fatalf("interval %+v: no claim timings (%s)", iv, iv)
+	}
 }
 
 func TestLiveTransactionsOfSeveralEvents(t *testing.T) {

@@ -37,6 +37,15 @@ func (o *observer) Claimed(events int, took time.Duration) {
 	o.mu.Unlock()
 }
 
+// claimsSince returns the timings of the claims after the first pos, and
+// the position after them.
+func (o *observer) claimsSince(pos int) ([]time.Duration, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pos = min(pos, len(o.claims)) // reset meanwhile
+	return slices.Clone(o.claims[pos:]), len(o.claims)
+}
+
 func (o *observer) Recorded(events int, took time.Duration) {
 	o.mu.Lock()
 	o.records = append(o.records, took)

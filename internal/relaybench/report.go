@@ -32,9 +32,9 @@ func (r *run) startIntervals(ctx context.Context, every time.Duration, startNano
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		var (
-			pos, lastUnique, lastDown int
-			lastCommitted             int64
-			last                      = time.Since(r.origin).Nanoseconds()
+			pos, claimPos, lastUnique, lastDown int
+			lastCommitted                       int64
+			last                                = time.Since(r.origin).Nanoseconds()
 		)
 		for {
 			select {
@@ -55,6 +55,11 @@ func (r *run) startIntervals(ctx context.Context, every time.Duration, startNano
 				Phase:           r.phase(last, now),
 			}
 			last, lastUnique = now, unique
+			var claims []time.Duration
+			if claims, claimPos = r.obs.claimsSince(claimPos); len(claims) > 0 {
+				p := durations(claims)
+				iv.ClaimP50, iv.ClaimP99 = p.P50, p.P99
+			}
 			if committed != nil {
 				c := committed()
 				iv.CommitRate = float64(c-lastCommitted) / secs
@@ -151,6 +156,9 @@ func (iv Interval) String() string {
 	s := fmt.Sprintf("%8.1fs  %9.0f ev/s", iv.AtSeconds, iv.EventsPerSecond)
 	if iv.CommitRate > 0 || iv.LatencyP50 > 0 {
 		s += fmt.Sprintf("  p50 %7.2fms  p99 %7.2fms  commits %7.0f/s", iv.LatencyP50, iv.LatencyP99, iv.CommitRate)
+	}
+	if iv.ClaimP50 > 0 {
+		s += fmt.Sprintf("  claim p50 %6.2fms p99 %6.2fms", iv.ClaimP50, iv.ClaimP99)
 	}
 	s += fmt.Sprintf("  backlog %8d  table %s", iv.Backlog, mib(iv.TableBytes))
 	if iv.HistoryLength != nil {
