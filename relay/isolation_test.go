@@ -288,12 +288,12 @@ func TestQueueDrainsAcrossKeys(t *testing.T) {
 		}
 		seqs := b.insert(t, evs...)
 		b.start(t, cfg)
-		waitFor(t, 20*time.Second, "the backlog queued while the sink is down", func() bool {
+		waitFor(t, time.Minute, "the backlog queued while the sink is down", func() bool {
 			return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == keys*perKey
 		})
 		outage := len(sink.callKeys()) // the calls that failed
 		down.Store(false)
-		waitFor(t, 20*time.Second, "the queue drained", func() bool {
+		waitFor(t, time.Minute, "the queue drained", func() bool {
 			return len(b.rec.forSink("mem")) >= keys*perKey && b.countDeliveries(t, "true") == 0
 		})
 		got := b.rec.all()

@@ -154,7 +154,10 @@ func confirm(in io.Reader, terminal bool, out io.Writer, question string) error 
 }
 
 // progress prints running totals to w at most once a second (and always
-// the last), for operations on many rows.
+// the last), for operations on many rows. The total is the plan's count; a
+// dead letter that died before the count in a transaction committed after
+// it is changed too (deadletter.Store.Plan), so the total rises to what was
+// done rather than the progress passing 100 %.
 type progress struct {
 	w     io.Writer
 	verb  string
@@ -172,6 +175,7 @@ func (p *progress) report(done int64) {
 		return
 	}
 	p.last = time.Now()
+	p.total = max(p.total, done)
 	if p.total > 0 {
 		fmt.Fprintf(p.w, "%s %d/%s (%.0f%%, %s)\n", p.verb, done, deadLetters(p.total), 100*float64(done)/float64(p.total), time.Since(p.start).Round(time.Millisecond))
 		return
@@ -338,7 +342,11 @@ func (b *bulkChange) run(cmd *cobra.Command, g *globalFlags) error {
 	if err != nil {
 		return runtimeError(s.scrub(err))
 	}
-	fmt.Fprintf(out, "%s %s%s\n", b.done, deadLetters(res.Count), scope)
+	late := ""
+	if extra := res.Count - n; extra > 0 {
+		late = fmt.Sprintf(" (%d more than counted: dead before the count, committed after it)", extra)
+	}
+	fmt.Fprintf(out, "%s %s%s%s\n", b.done, deadLetters(res.Count), scope, late)
 	return missingIDs(res.Missing)
 }
 

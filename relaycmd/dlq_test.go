@@ -343,8 +343,9 @@ FROM (SELECT i, nextval(pg_get_serial_sequence($1, 'seq')) AS seq FROM generate_
 // TestDLQReplayWhileEventsDie: events keep dying while dlq replay runs
 // (a sink still refusing them), as in the MariaDB demo that printed
 // "replayed 6/5 dead letters (120 %)". The replay changes what it counted
-// and no more: its progress never passes 100 %, and the dead letters
-// that died meanwhile are still dead afterwards.
+// (and one dead before the count whose transaction committed after it,
+// which raises the count): its progress never passes 100 %, and the dead
+// letters that died meanwhile are still dead afterwards.
 func TestDLQReplayWhileEventsDie(t *testing.T) {
 	t.Parallel()
 	b := newDLQBundle(t)

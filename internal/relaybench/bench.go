@@ -339,6 +339,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		defer r.dropSchema(ctx)
+		if cfg.Capture == relay.CaptureWAL {
+			// The slot exists before any event is emitted, as a relay's
+			// first start makes it; waiting for the relay to make it
+			// would leave the run at the mercy of the server's other
+			// transactions, which the slot's creation waits for.
+			if _, err := r.admin.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", r.tables.SlotName()); err != nil {
+				return nil, fmt.Errorf("creating the replication slot %s: %w", r.tables.SlotName(), err)
+			}
+		}
 	}
 
 	dest, err := startDestination(ctx, cfg, r.name, r.log)

@@ -66,13 +66,6 @@ func (r *run) binary(ctx context.Context) error {
 	}
 	out := &BinaryResult{Binary: bin}
 	r.res.Binary = out
-	if cfg.Capture == relay.CaptureWAL {
-		// The backlog a relay that was down finds in its slot: the slot
-		// exists before the events, as the relay's first start makes it.
-		if _, err := r.admin.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", r.tables.SlotName()); err != nil {
-			return fmt.Errorf("creating the replication slot %s: %w", r.tables.SlotName(), err)
-		}
-	}
 	fmt.Fprintf(cfg.Progress, "inserting %d events over %s in schema %s...\n", cfg.Events, keysText(cfg.Keys), r.tables.Schema)
 	if err := r.commitBacklog(ctx); err != nil {
 		return err
