@@ -151,7 +151,7 @@ func TestCaptureWALDeliversWithoutRows(t *testing.T) {
 	}
 	b.insert(t, ev{topic: "orders.paid", key: "table-1"}, ev{topic: "orders.paid", key: "table-2"})
 	waitDelivered(t, b.rec, "mem", ids)
-	waitFor(t, 30*time.Second, "the table's rows", func() bool { return len(b.rec.forSink("mem")) >= len(ids)+2 })
+	waitFor(t, time.Minute, "the table's rows", func() bool { return len(b.rec.forSink("mem")) >= len(ids)+2 })
 	for id, n := range deliveredTimes(b.rec, "mem") {
 		if n != 1 {
 			t.Errorf("event %s delivered %d times, want once", id, n)
@@ -203,7 +203,7 @@ func TestCaptureWALFailuresQueueAndDeadLetter(t *testing.T) {
 
 	// The poison event is a dead letter stopping its key; the event after
 	// it waits behind it, in the table.
-	waitFor(t, 30*time.Second, "the dead letter", func() bool { return b.countDeliveries(t, "state = 'dead'") == 1 })
+	waitFor(t, time.Minute, "the dead letter", func() bool { return b.countDeliveries(t, "state = 'dead'") == 1 })
 	if n := b.countDeliveries(t, "state = 'waiting'"); n != 1 {
 		t.Fatalf("%d deliveries waiting behind the dead letter, want 1", n)
 	}
@@ -224,7 +224,7 @@ func TestCaptureWALFailuresQueueAndDeadLetter(t *testing.T) {
 	}
 	waitDelivered(t, b.rec, "mem", slices.Concat(poison, after))
 	checkKeyOrder(t, b.rec.all())
-	waitFor(t, 30*time.Second, "the queues to empty", func() bool { return b.countDeliveries(t, "true") == 0 })
+	waitFor(t, time.Minute, "the queues to empty", func() bool { return b.countDeliveries(t, "true") == 0 })
 }
 
 // TestCaptureWALSinkDownDoesNotPinTheSlot: while one of two sinks is down,
@@ -382,7 +382,7 @@ func TestCaptureWALStandbyTakesOver(t *testing.T) {
 	b.startWAL(t, b.walConfig(t, "wal-b", sink))
 	first := b.emit(t, ev{topic: "t", key: "x"}, ev{topic: "t", key: "y"})
 	waitDelivered(t, b.rec, "mem", first)
-	waitFor(t, 30*time.Second, "wal-a to hold every lane", func() bool {
+	waitFor(t, time.Minute, "wal-a to hold every lane", func() bool {
 		return b.countIn(t, b.db.names().Lanes(), "owner = 'wal-a'") == laneCount
 	})
 	stopA()
@@ -481,7 +481,7 @@ func TestCaptureWALStoppedMidBatchLosesNothing(t *testing.T) {
 	for i := range 4 {
 		ids = append(ids, b.emit(t, ev{topic: "t", key: fmt.Sprintf("k%d", i%2)}, ev{topic: "t", key: fmt.Sprintf("k%d", i%2)})...)
 	}
-	waitFor(t, 30*time.Second, "the stuck sink to hold a batch", func() bool { return stuck.entered.Load() > 0 })
+	waitFor(t, time.Minute, "the stuck sink to hold a batch", func() bool { return stuck.entered.Load() > 0 })
 	stop()
 	if n := b.countDeliveries(t, "true"); n != 0 {
 		t.Fatalf("%d deliveries written by a batch its relay gave up on", n)

@@ -56,7 +56,7 @@ func testReplayReleasesEveryFollower(t *testing.T, b *testBundle) {
 	}
 	seqs := b.insert(t, ev{topic: "b", key: "k"}, ev{topic: "a", key: "k"}, ev{topic: "b", key: "k"})
 	b.start(t, cfg)
-	waitFor(t, 10*time.Second, "E1 dead on bad, E2 and E3 waiting behind it", func() bool {
+	waitFor(t, time.Minute, "E1 dead on bad, E2 and E3 waiting behind it", func() bool {
 		return b.countDeliveries(t, "sink = 'bad' AND state = 'dead' AND stops_key") == 1 &&
 			b.countDeliveries(t, "sink = 'bad' AND state = 'waiting'") == 2 &&
 			b.countDeliveries(t, "sink = 'flaky' AND state = 'ready' AND attempts > 0") == 1
@@ -65,10 +65,10 @@ func testReplayReleasesEveryFollower(t *testing.T, b *testBundle) {
 	if res, err := b.db.deadLetters(t).Replay(ctx, deadletter.Filter{Sink: "bad"}, deadletter.ReplayOpts{}); err != nil || res.Count != 1 {
 		t.Fatalf("Replay = %+v, %v", res, err)
 	}
-	waitFor(t, 10*time.Second, "E1, E2, E3 delivered to bad", func() bool { return len(b.rec.forSink("bad")) == 3 })
+	waitFor(t, time.Minute, "E1, E2, E3 delivered to bad", func() bool { return len(b.rec.forSink("bad")) == 3 })
 	flakyDown.Store(false)
-	waitFor(t, 10*time.Second, "E2 delivered to flaky", func() bool { return len(b.rec.forSink("flaky")) == 1 })
-	waitFor(t, 10*time.Second, "outbox and queues empty", func() bool {
+	waitFor(t, time.Minute, "E2 delivered to flaky", func() bool { return len(b.rec.forSink("flaky")) == 1 })
+	waitFor(t, time.Minute, "outbox and queues empty", func() bool {
 		return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
 	})
 	got := b.rec.all()
@@ -162,7 +162,7 @@ func TestSinkDownWritesNothingWhileDown(t *testing.T) {
 	var handedOff atomic.Int64
 	cfg.Observer = probeCounter{sink: "down", n: &probes, handedOff: &handedOff}
 	b.start(t, cfg)
-	waitFor(t, 20*time.Second, "the healthy sink to get every event and the backlog to be queued", func() bool {
+	waitFor(t, time.Minute, "the healthy sink to get every event and the backlog to be queued", func() bool {
 		return len(b.rec.forSink("good")) == events && b.count(t, "true") == 0 && b.countDeliveries(t, "sink = 'good'") == 0
 	})
 	during, summary := writes.total(t)
@@ -175,12 +175,12 @@ func TestSinkDownWritesNothingWhileDown(t *testing.T) {
 	// Each probe of the down sink is a claim and a Publish call; none may
 	// write.
 	seen := probes.Load()
-	waitFor(t, 20*time.Second, "ten more probes of the down sink", func() bool { return probes.Load() >= seen+10 })
+	waitFor(t, time.Minute, "ten more probes of the down sink", func() bool { return probes.Load() >= seen+10 })
 	if after, summary := writes.total(t); after != during {
 		t.Fatalf("%d row writes while the sink stayed down, want none (%s)", after-during, summary)
 	}
 	down.Store(false)
-	waitFor(t, 20*time.Second, "the down sink to catch up", func() bool {
+	waitFor(t, time.Minute, "the down sink to catch up", func() bool {
 		return len(b.rec.forSink("down")) >= events && b.countDeliveries(t, "true") == 0
 	})
 	// Through the outage: the event's delete from the outbox, its
@@ -260,15 +260,15 @@ func TestLockedHeadIsNotOvertaken(t *testing.T) {
 		seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
 		unlock := b.db.lockRow(t, seqs[0])
 		b.start(t, b.config(t, &testSink{name: "mem", rec: b.rec}))
-		waitFor(t, 10*time.Second, "both sent", func() bool { return len(b.rec.all()) >= 2 })
+		waitFor(t, time.Minute, "both sent", func() bool { return len(b.rec.all()) >= 2 })
 		if got := seqsInOrder(b.rec.all()); got[0] != seqs[0] || got[1] != seqs[1] {
 			t.Fatalf("key k delivered as %v, want %v first", got, seqs)
 		}
-		waitFor(t, 10*time.Second, "the follower's row removed, the locked one kept", func() bool {
+		waitFor(t, time.Minute, "the follower's row removed, the locked one kept", func() bool {
 			return b.count(t, "true") == 1 && b.count(t, fmt.Sprintf("seq = %d", seqs[0])) == 1
 		})
 		unlock()
-		waitFor(t, 10*time.Second, "the locked row sent again and removed", func() bool { return b.count(t, "true") == 0 })
+		waitFor(t, time.Minute, "the locked row sent again and removed", func() bool { return b.count(t, "true") == 0 })
 		checkKeyOrder(t, b.rec.all())
 	})
 }
@@ -313,11 +313,11 @@ func TestRelayHoldsBackAKeyWhateverTheSinkReports(t *testing.T) {
 		seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})
 		firstSeq.Store(seqs[0])
 		b.start(t, b.config(t, sink))
-		waitFor(t, 10*time.Second, "E1 delivered and E2 delivered after it", func() bool {
+		waitFor(t, time.Minute, "E1 delivered and E2 delivered after it", func() bool {
 			got := seqsInOrder(b.rec.all())
 			return len(got) == 3 && got[1] == seqs[0] && got[2] == seqs[1]
 		})
-		waitFor(t, 5*time.Second, "outbox and queue empty", func() bool {
+		waitFor(t, time.Minute, "outbox and queue empty", func() bool {
 			return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
 		})
 	})
@@ -358,7 +358,7 @@ func TestQueuesOutliveAConfigurationSlip(t *testing.T) {
 				}
 				seqs := b.insert(t, evs...)
 				stop := b.start(t, cfg)
-				waitFor(t, 20*time.Second, "the backlog queued for the sink that is down", func() bool {
+				waitFor(t, time.Minute, "the backlog queued for the sink that is down", func() bool {
 					return b.count(t, "true") == 0 && b.countDeliveries(t, "sink = 'hook'") == len(seqs)
 				})
 				stop()
@@ -377,11 +377,11 @@ func TestQueuesOutliveAConfigurationSlip(t *testing.T) {
 				go func() { done <- r.Run(ctx) }()
 				b.db.exec(t, "UPDATE "+b.db.names().Deliveries()+" SET next_at = "+b.db.now()+" WHERE state = 'ready'")
 				if name == "sink removed from every route" {
-					waitFor(t, 20*time.Second, "the sink's deliveries reported", func() bool {
+					waitFor(t, time.Minute, "the sink's deliveries reported", func() bool {
 						return unconfigured.Load() == int64(len(seqs)) && r.UnconfiguredSinks()["hook"] == int64(len(seqs))
 					})
 				} else {
-					waitFor(t, 20*time.Second, "the heads kept, saying why", func() bool {
+					waitFor(t, time.Minute, "the heads kept, saying why", func() bool {
 						return b.countDeliveries(t, "sink = 'hook' AND state = 'ready' AND last_error LIKE 'kept: %'") == 10
 					})
 				}
@@ -397,7 +397,7 @@ func TestQueuesOutliveAConfigurationSlip(t *testing.T) {
 				down.Store(false)
 				b.db.exec(t, "UPDATE "+b.db.names().Deliveries()+" SET next_at = "+b.db.now()+" WHERE state = 'ready'")
 				b.start(t, cfg)
-				waitFor(t, 30*time.Second, "every event delivered to the sink", func() bool {
+				waitFor(t, time.Minute, "every event delivered to the sink", func() bool {
 					return len(b.rec.forSink("hook")) >= len(seqs) && b.countDeliveries(t, "true") == 0
 				})
 				got := b.rec.all()
@@ -437,7 +437,7 @@ func testStopKeyCoversEventsDeadBeforeAnySink(t *testing.T, b *testBundle) {
 	cfg.Routes[0].Topics = []string{"orders.*"}
 	seqs := b.insert(t, ev{topic: "nowhere", key: "k"}, ev{topic: "orders.paid", key: "k"}, ev{topic: "orders.paid", key: "j"})
 	b.start(t, cfg)
-	waitFor(t, 10*time.Second, "key j delivered, key k's event waiting behind the unroutable one", func() bool {
+	waitFor(t, time.Minute, "key j delivered, key k's event waiting behind the unroutable one", func() bool {
 		return len(b.rec.all()) == 1 && b.countDeliveries(t, "sink = '' AND state = 'waiting'") == 1 &&
 			b.countDeliveries(t, "sink = '' AND state = 'dead' AND stops_key") == 1
 	})
@@ -447,7 +447,7 @@ func testStopKeyCoversEventsDeadBeforeAnySink(t *testing.T, b *testBundle) {
 	if res, err := b.db.deadLetters(t).Purge(ctx, deadletter.Filter{Key: "k"}, deadletter.PurgeOpts{}); err != nil || res.Count != 1 {
 		t.Fatalf("Purge = %+v, %v", res, err)
 	}
-	waitFor(t, 10*time.Second, "key k's event delivered once the dead letter is purged", func() bool { return len(b.rec.all()) == 2 })
+	waitFor(t, time.Minute, "key k's event delivered once the dead letter is purged", func() bool { return len(b.rec.all()) == 2 })
 	exactlyOnce(t, b.rec.all(), "mem", seqs[1:])
 }
 
@@ -460,7 +460,7 @@ func TestOwnerNameInUseIsRefused(t *testing.T) {
 		cfg.Owner = "replica"
 		cfg.Workers = 1
 		b.start(t, cfg)
-		waitFor(t, 10*time.Second, "the first relay's heartbeat", func() bool {
+		waitFor(t, time.Minute, "the first relay's heartbeat", func() bool {
 			return b.countIn(t, b.db.names().Relays(), "owner = 'replica'") == 1
 		})
 		second, err := b.db.newRelay(t, cfg)

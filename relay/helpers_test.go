@@ -337,7 +337,7 @@ func (p *progress) Claimed(int, time.Duration) { p.claims.Add(1) }
 func (p *progress) waitClaims(t testing.TB, n int64) {
 	t.Helper()
 	target := p.claims.Load() + n
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d more claims", n), func() bool { return p.claims.Load() >= target })
+	waitFor(t, time.Minute, fmt.Sprintf("%d more claims", n), func() bool { return p.claims.Load() >= target })
 }
 
 // testClock is a Config.Clock a test moves forward: the relay's view of

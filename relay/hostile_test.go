@@ -77,7 +77,7 @@ func TestUnreadableCreatedAtStopsOnlyItsEvent(t *testing.T) {
 	}
 	seqs := b.insert(t, evs...)
 	b.start(t, b.config(t, &testSink{name: "mem", rec: b.rec}))
-	waitFor(t, 10*time.Second, "the 20 events delivered and the bad row dead-lettered", func() bool {
+	waitFor(t, time.Minute, "the 20 events delivered and the bad row dead-lettered", func() bool {
 		return len(b.rec.all()) == 20 && b.countDeliveries(t, "sink = '' AND state = 'dead'") == 1
 	})
 	exactlyOnce(t, b.rec.all(), "mem", seqs)
@@ -114,13 +114,13 @@ func TestAttemptsAtTheLimitDoNotOverflow(t *testing.T) {
 	cfg.Backoff = Backoff{Initial: time.Hour, Max: time.Hour}
 	seqs := b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "j"})
 	stop := b.start(t, cfg)
-	waitFor(t, 10*time.Second, "both events retrying", func() bool { return b.countDeliveries(t, "state = 'ready' AND attempts = 1") == 2 })
+	waitFor(t, time.Minute, "both events retrying", func() bool { return b.countDeliveries(t, "state = 'ready' AND attempts = 1") == 2 })
 	stop()
 	if _, err := b.pool.Exec(ctx, "UPDATE "+b.tables.Deliveries()+" SET attempts = 2147483647, next_at = now() WHERE seq = $1", seqs[0]); err != nil {
 		t.Fatal(err)
 	}
 	b.start(t, cfg)
-	waitFor(t, 10*time.Second, "the event at the limit dead", func() bool {
+	waitFor(t, time.Minute, "the event at the limit dead", func() bool {
 		return b.countDeliveries(t, "state = 'dead' AND attempts = 2147483647") == 1
 	})
 }
@@ -147,7 +147,7 @@ func TestPeerTextIsStoredClean(t *testing.T) {
 	}
 	seqs := b.insert(t, evs...)
 	b.start(t, b.config(t, sink))
-	waitFor(t, 10*time.Second, "the good events delivered, the bad one dead", func() bool {
+	waitFor(t, time.Minute, "the good events delivered, the bad one dead", func() bool {
 		return len(b.rec.all()) == 20 && b.countDeliveries(t, "state = 'dead'") == 1
 	})
 	exactlyOnce(t, b.rec.all(), "mem", seqs[1:])
@@ -199,7 +199,7 @@ FOR EACH ROW EXECUTE FUNCTION %q.refuse()`, b.tables.Deliveries(), b.tables.Sche
 		t.Fatal(err)
 	}
 	b.start(t, cfg)
-	waitFor(t, 10*time.Second, "the batch recorded: 9 retrying, 1 set aside, the rest delivered", func() bool {
+	waitFor(t, time.Minute, "the batch recorded: 9 retrying, 1 set aside, the rest delivered", func() bool {
 		return b.count(t, "true") == 0 && b.countDeliveries(t, "state = 'ready' AND attempts = 1") == 9 &&
 			b.countDeliveries(t, "sink = '' AND state = 'dead'") == 1
 	})
@@ -294,12 +294,12 @@ func TestRecordRefusedStopsPublishing(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	seqs := b.insert(t, ev{topic: "t", key: "a"})
-	waitFor(t, 10*time.Second, "the first event delivered", func() bool { return b.count(t, "true") == 0 })
+	waitFor(t, time.Minute, "the first event delivered", func() bool { return b.count(t, "true") == 0 })
 	if _, err := b.pool.Exec(ctx, "REVOKE DELETE ON "+b.tables.Outbox()+" FROM "+role); err != nil {
 		t.Fatal(err)
 	}
 	seqs = append(seqs, b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"})...)
-	waitFor(t, 10*time.Second, "the record refused three times", func() bool { return refusals.Load() >= 3 })
+	waitFor(t, time.Minute, "the record refused three times", func() bool { return refusals.Load() >= 3 })
 	since, ferr := r.RecordFailure()
 	if since.IsZero() || ferr == nil || !strings.Contains(ferr.Error(), "permission denied") {
 		t.Fatalf("RecordFailure() = %v, %v; want the refusal", since, ferr)
@@ -307,20 +307,20 @@ func TestRecordRefusedStopsPublishing(t *testing.T) {
 	// Three attempts, and still only the batch in flight was published.
 	calls := sink.publishes()
 	more := refusals.Load() + 2
-	waitFor(t, 20*time.Second, "two more refusals", func() bool { return refusals.Load() >= more })
+	waitFor(t, time.Minute, "two more refusals", func() bool { return refusals.Load() >= more })
 	if sink.publishes() != calls || calls != 2 {
 		t.Fatalf("%d Publish calls while recording failed (%d before), want the 2 of the batches before the refusal", sink.publishes(), calls)
 	}
 	if _, err := b.pool.Exec(ctx, "GRANT DELETE ON "+b.tables.Outbox()+" TO "+role); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the events recorded once the privilege is back", func() bool {
+	waitFor(t, time.Minute, "the events recorded once the privilege is back", func() bool {
 		return b.count(t, "true") == 0 && len(b.rec.all()) == 3
 	})
 	exactlyOnce(t, b.rec.all(), "mem", seqs)
 	// The worker clears the failure once its record has returned, just
 	// after the commit the test saw.
-	waitFor(t, 10*time.Second, "RecordFailure cleared after recording resumed", func() bool {
+	waitFor(t, time.Minute, "RecordFailure cleared after recording resumed", func() bool {
 		since, _ := r.RecordFailure()
 		return since.IsZero()
 	})

@@ -50,7 +50,7 @@ func (s *gatedSink) waitHeld(t *testing.T, n int) {
 
 func (s *gatedSink) waitFor(t *testing.T, what string, n int) {
 	t.Helper()
-	waitFor(t, 20*time.Second, what, func() bool { return s.held.Load() == int64(n) })
+	waitFor(t, time.Minute, what, func() bool { return s.held.Load() == int64(n) })
 }
 
 // Publish counts the events handed to it and not answered yet (inside,
@@ -128,7 +128,7 @@ func TestSlowSinkHoldsBackOnlyItself(t *testing.T) {
 		// Later events, of the held key and of others, in several batches.
 		for i := range 5 {
 			seqs = append(seqs, b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: fmt.Sprintf("other-%d", i)})...)
-			waitFor(t, 20*time.Second, "the fast sink to get the batch", func() bool { return len(b.rec.forSink("fast")) == len(seqs) })
+			waitFor(t, time.Minute, "the fast sink to get the batch", func() bool { return len(b.rec.forSink("fast")) == len(seqs) })
 		}
 		if n := slow.held.Load(); n == 0 {
 			t.Fatal("the slow sink answered before the test opened its gate")
@@ -137,7 +137,7 @@ func TestSlowSinkHoldsBackOnlyItself(t *testing.T) {
 			t.Fatalf("the slow sink delivered %d events while held", len(got))
 		}
 		slow.open()
-		waitFor(t, 20*time.Second, "the slow sink to catch up and the queues to drain", func() bool {
+		waitFor(t, time.Minute, "the slow sink to catch up and the queues to drain", func() bool {
 			return len(b.rec.forSink("slow")) >= len(seqs) && b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
 		})
 		got := b.rec.all()
@@ -168,7 +168,7 @@ func TestSlowKeyHoldsBackOnlyItself(t *testing.T) {
 		for i := range 5 {
 			seqs = append(seqs, b.insert(t, ev{topic: "t", key: "stuck"}, ev{topic: "t", key: "a"}, ev{topic: "t", key: fmt.Sprintf("b%d", i)})...)
 			others += 2
-			waitFor(t, 20*time.Second, "the other keys' events", func() bool { return len(b.rec.forSink("mem")) == others })
+			waitFor(t, time.Minute, "the other keys' events", func() bool { return len(b.rec.forSink("mem")) == others })
 		}
 		for _, g := range b.rec.forSink("mem") {
 			if g.key == "stuck" {
@@ -179,7 +179,7 @@ func TestSlowKeyHoldsBackOnlyItself(t *testing.T) {
 			t.Fatalf("%d events held, want the first of the stuck key alone", sink.held.Load())
 		}
 		sink.open()
-		waitFor(t, 20*time.Second, "every event delivered and the queues drained", func() bool {
+		waitFor(t, time.Minute, "every event delivered and the queues drained", func() bool {
 			return len(b.rec.forSink("mem")) >= len(seqs) && b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
 		})
 		got := b.rec.all()
@@ -208,11 +208,11 @@ func TestInFlightFailureRetriesInOrder(t *testing.T) {
 		b.start(t, cfg)
 		sink.waitHeld(t, 1)
 		seqs = append(seqs, b.insert(t, ev{topic: "t", key: "k"}, ev{topic: "t", key: "k"})...)
-		waitFor(t, 20*time.Second, "the key's later events queued behind the one in flight", func() bool {
+		waitFor(t, time.Minute, "the key's later events queued behind the one in flight", func() bool {
 			return b.countDeliveries(t, "state = 'waiting'") == 2
 		})
 		sink.open()
-		waitFor(t, 20*time.Second, "the key delivered after a retry", func() bool {
+		waitFor(t, time.Minute, "the key delivered after a retry", func() bool {
 			return len(b.rec.forSink("mem")) == 3 && b.countDeliveries(t, "true") == 0
 		})
 		got := b.rec.all()
@@ -244,15 +244,15 @@ func TestInFlightIsBounded(t *testing.T) {
 		seqs := b.insert(t, evs...)
 		b.start(t, cfg)
 		sink.waitHeld(t, 10)
-		waitFor(t, 20*time.Second, "the rest queued without an attempt", func() bool {
+		waitFor(t, time.Minute, "the rest queued without an attempt", func() bool {
 			return b.count(t, "true") == 0 && b.countDeliveries(t, "attempts = 0") == 50
 		})
 		if p := sink.peak.Load(); p > 10 {
 			t.Fatalf("the sink was handed %d events at once, want at most 10", p)
 		}
-		waitFor(t, 20*time.Second, "the in-flight gauge at 10", func() bool { return gauge.peak.Load() == 10 })
+		waitFor(t, time.Minute, "the in-flight gauge at 10", func() bool { return gauge.peak.Load() == 10 })
 		sink.open()
-		waitFor(t, 20*time.Second, "every event delivered", func() bool {
+		waitFor(t, time.Minute, "every event delivered", func() bool {
 			return len(b.rec.forSink("mem")) >= 50 && b.countDeliveries(t, "true") == 0
 		})
 		exactlyOnce(t, b.rec.all(), "mem", seqs)
@@ -334,7 +334,7 @@ func TestRetriesFollowTheDatabaseClock(t *testing.T) {
 				cfg.Clock = func() time.Time { return time.Now().Add(skew) }
 				seqs := b.insert(t, ev{topic: "t", key: "k"})
 				b.start(t, cfg)
-				waitFor(t, 30*time.Second, "the event delivered on its fourth attempt", func() bool {
+				waitFor(t, time.Minute, "the event delivered on its fourth attempt", func() bool {
 					return len(b.rec.forSink("mem")) == 1
 				})
 				exactlyOnce(t, b.rec.all(), "mem", seqs)
@@ -390,7 +390,7 @@ func TestStopLandsEventsInFlight(t *testing.T) {
 		seqs := b.insert(t, ev{topic: "t", key: "k"})
 		stop := b.start(t, cfg)
 		sink.waitHeld(t, 1)
-		waitFor(t, 20*time.Second, "the batch recorded with its event in flight", func() bool {
+		waitFor(t, time.Minute, "the batch recorded with its event in flight", func() bool {
 			return b.count(t, "true") == 0 && b.countDeliveries(t, "state = 'ready'") == 1
 		})
 		stopped := make(chan struct{})
@@ -399,7 +399,7 @@ func TestStopLandsEventsInFlight(t *testing.T) {
 			close(stopped)
 		}()
 		// The relay is stopping; its call still holds the event.
-		waitFor(t, 20*time.Second, "the relay's heartbeat to stay while it lands its call", func() bool {
+		waitFor(t, time.Minute, "the relay's heartbeat to stay while it lands its call", func() bool {
 			return b.countIn(t, b.db.names().Relays(), "true") > 0
 		})
 		sink.open()
@@ -456,12 +456,12 @@ func TestRowBehindThePositionIsDelivered(t *testing.T) {
 	cfg.BatchSize = 20
 	cfg.Workers = 1
 	b.start(t, cfg)
-	waitFor(t, 20*time.Second, "the backlog delivered", func() bool { return len(b.rec.forSink("mem")) == len(seqs) })
+	waitFor(t, time.Minute, "the backlog delivered", func() bool { return len(b.rec.forSink("mem")) == len(seqs) })
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b.insert(t, ev{topic: "t", key: "late"})
-	waitFor(t, 20*time.Second, "the late event delivered", func() bool { return len(b.rec.forSink("mem")) == len(seqs)+2 })
+	waitFor(t, time.Minute, "the late event delivered", func() bool { return len(b.rec.forSink("mem")) == len(seqs)+2 })
 	got := b.rec.all()
 	checkKeyOrder(t, got)
 	exactlyOnce(t, got, "mem", append(seqs, late, got[len(got)-1].seq))

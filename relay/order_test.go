@@ -72,7 +72,7 @@ func TestKeyOrderWhenTheLaterWriterBeganFirst(t *testing.T) {
 			cfg := b.config(t, sink)
 			cfg.BatchSize = 1
 			b.start(t, cfg)
-			waitFor(t, 10*time.Second, "both delivered", func() bool { return len(b.rec.all()) == 2 })
+			waitFor(t, time.Minute, "both delivered", func() bool { return len(b.rec.all()) == 2 })
 			if got := seqsInOrder(b.rec.all()); got[0] != first || got[1] != second {
 				t.Fatalf("delivery order %v, want [%d %d]: the older transaction's later event overtook", got, first, second)
 			}
@@ -130,6 +130,6 @@ INSERT INTO `+aggregates+` SELECT 'k' || i FROM generate_series(0, 4) AS i`); er
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, "all events delivered", func() bool { return len(b.rec.all()) >= writers*perWriter })
+	waitFor(t, time.Minute, "all events delivered", func() bool { return len(b.rec.all()) >= writers*perWriter })
 	checkKeyOrder(t, b.rec.all())
 }

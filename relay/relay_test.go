@@ -23,8 +23,8 @@ func TestDeliversCommittedEventsOnce(t *testing.T) {
 		// A rolled-back transaction leaves nothing to publish.
 		b.insertRolledBack(t, ev{topic: "orders.paid", key: "o-1", payload: `{"rolled":"back"}`})
 		seqs := b.insert(t, ev{topic: "orders.paid", key: "o-2"}, ev{topic: "orders.paid"}, ev{topic: "orders.created", key: "o-3"})
-		waitFor(t, 10*time.Second, "3 deliveries", func() bool { return len(b.rec.all()) >= 3 })
-		waitFor(t, 10*time.Second, "rows deleted", func() bool { return b.count(t, "true") == 0 })
+		waitFor(t, time.Minute, "3 deliveries", func() bool { return len(b.rec.all()) >= 3 })
+		waitFor(t, time.Minute, "rows deleted", func() bool { return b.count(t, "true") == 0 })
 		// Once Run has returned, nothing more can arrive: a duplicate or the
 		// rolled-back event would be in the recorder now.
 		stop()
@@ -58,7 +58,7 @@ func TestManyRelaysKeepKeyOrder(t *testing.T) {
 				got := b.rec.all()
 				exactlyOnce(t, got, "mem", seqs)
 				checkKeyOrder(t, got)
-				waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+				waitFor(t, time.Minute, "table drained", func() bool { return b.count(t, "true") == 0 })
 			})
 		})
 	}
@@ -90,14 +90,14 @@ func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
 		b.start(t, cfg)
 
 		// The other key is not held back.
-		waitFor(t, 5*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
+		waitFor(t, time.Minute, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
 		if first := b.rec.all()[0]; first.seq != seqs[2] {
 			t.Fatalf("first delivery was seq %d, want the other key's %d", first.seq, seqs[2])
 		}
 		// Attempts 1 to 3 fail and wait 1, 2 and 4 minutes.
 		now := b.db.now()
 		for attempt := 1; attempt < 4; attempt++ {
-			waitFor(t, 10*time.Second, fmt.Sprintf("attempt %d recorded", attempt), func() bool {
+			waitFor(t, time.Minute, fmt.Sprintf("attempt %d recorded", attempt), func() bool {
 				return b.countDeliveries(t, fmt.Sprintf("seq = %d AND attempts = %d", seqs[0], attempt)) == 1
 			})
 			delay := int(cfg.Backoff.Delay(attempt).Seconds())
@@ -117,7 +117,7 @@ func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
 			}
 			b.makeDue(t, fmt.Sprintf("seq = %d", seqs[0]))
 		}
-		waitFor(t, 10*time.Second, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead'") == 1 })
+		waitFor(t, time.Minute, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead'") == 1 })
 		if got := calls.Load(); got != 4 {
 			t.Fatalf("sink saw %d attempts, want 4", got)
 		}
@@ -129,11 +129,11 @@ func TestRetriesWithBackoffThenDeadLetters(t *testing.T) {
 			t.Fatalf("dead letter: state %s, attempts %d, last_error %q", state, attempts, lastErr)
 		}
 		// Once the head is dead, the key moves on: its follower is delivered.
-		waitFor(t, 5*time.Second, "follower delivered", func() bool { return len(b.rec.all()) >= 2 })
+		waitFor(t, time.Minute, "follower delivered", func() bool { return len(b.rec.all()) >= 2 })
 		if got := b.rec.all(); got[1].seq != seqs[1] {
 			t.Fatalf("second delivery seq %d, want follower %d", got[1].seq, seqs[1])
 		}
-		waitFor(t, 5*time.Second, "queue emptied", func() bool { return b.countDeliveries(t, "state <> 'dead'") == 0 })
+		waitFor(t, time.Minute, "queue emptied", func() bool { return b.countDeliveries(t, "state <> 'dead'") == 0 })
 	})
 }
 
@@ -148,7 +148,7 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 		}}
 		seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"})
 		b.start(t, b.config(t, sink))
-		waitFor(t, 5*time.Second, "follower delivered", func() bool { return len(b.rec.all()) == 1 })
+		waitFor(t, time.Minute, "follower delivered", func() bool { return len(b.rec.all()) == 1 })
 		if got := b.rec.all()[0].seq; got != seqs[1] {
 			t.Fatalf("delivered seq %d, want %d", got, seqs[1])
 		}
@@ -181,7 +181,7 @@ func TestFailingHeadHoldsOnlyItsKey(t *testing.T) {
 		seqs := b.insert(t, evs...)
 		atomic.StoreInt64(&head, seqs[0]) // key a's first event fails twice
 		b.start(t, b.config(t, sink))
-		waitFor(t, 10*time.Second, "all delivered", func() bool { return len(b.rec.all()) >= 30 })
+		waitFor(t, time.Minute, "all delivered", func() bool { return len(b.rec.all()) >= 30 })
 		got := b.rec.all()
 		exactlyOnce(t, got, "mem", seqs)
 		checkKeyOrder(t, got)
@@ -211,7 +211,7 @@ func TestDelayedEventsAreNotPublishedEarly(t *testing.T) {
 		later := b.insert(t, ev{topic: "later", key: "k", delay: 1500 * time.Millisecond})[0]
 		now := b.insert(t, ev{topic: "now", key: "k"})[0]
 		b.start(t, b.config(t, sink))
-		waitFor(t, 10*time.Second, "both delivered", func() bool { return len(b.rec.all()) == 2 })
+		waitFor(t, time.Minute, "both delivered", func() bool { return len(b.rec.all()) == 2 })
 		for _, g := range b.rec.all() {
 			if g.at.Sub(start) < 1500*time.Millisecond && g.seq == later {
 				t.Fatalf("delayed event published after %s", g.at.Sub(start))
@@ -254,9 +254,9 @@ func TestSinkDownLosesAndDeadLettersNothing(t *testing.T) {
 		// The healthy sink keeps receiving everything while the other is down,
 		// and the down sink is tried (and its tries recorded) more often than
 		// max_attempts would allow if they were counted.
-		waitFor(t, 10*time.Second, "up sink received all", func() bool { return len(b.rec.forSink("up")) >= 60 })
+		waitFor(t, time.Minute, "up sink received all", func() bool { return len(b.rec.forSink("up")) >= 60 })
 		const tries = 3 * 2 // 3 × max_attempts
-		waitFor(t, 30*time.Second, fmt.Sprintf("%d tries of the down sink", tries+1), func() bool { return downSink.publishes() > tries })
+		waitFor(t, time.Minute, fmt.Sprintf("%d tries of the down sink", tries+1), func() bool { return downSink.publishes() > tries })
 		if n := b.countDeliveries(t, "state = 'dead'"); n != 0 {
 			t.Fatalf("%d events dead-lettered while their sink was down", n)
 		}
@@ -264,12 +264,12 @@ func TestSinkDownLosesAndDeadLettersNothing(t *testing.T) {
 			t.Fatalf("%d events spent attempts while their sink was down", n)
 		}
 		down.Store(false)
-		waitFor(t, 10*time.Second, "down sink caught up", func() bool { return len(b.rec.forSink("down")) >= 60 })
+		waitFor(t, time.Minute, "down sink caught up", func() bool { return len(b.rec.forSink("down")) >= 60 })
 		got := b.rec.all()
 		exactlyOnce(t, got, "up", seqs)
 		exactlyOnce(t, got, "down", seqs)
 		checkKeyOrder(t, got)
-		waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+		waitFor(t, time.Minute, "table drained", func() bool { return b.count(t, "true") == 0 })
 	})
 }
 
@@ -295,22 +295,22 @@ func TestFailingKeyQueuesAndDrains(t *testing.T) {
 		}
 		seqs := b.insert(t, evs...)
 		b.start(t, b.config(t, flaky, steady))
-		waitFor(t, 30*time.Second, "the steady sink and the good keys served", func() bool {
+		waitFor(t, time.Minute, "the steady sink and the good keys served", func() bool {
 			return len(b.rec.forSink("steady")) >= 40 && len(b.rec.forSink("flaky")) >= 30
 		})
-		waitFor(t, 30*time.Second, "the bad key queued on flaky", func() bool {
+		waitFor(t, time.Minute, "the bad key queued on flaky", func() bool {
 			return b.countDeliveries(t, "sink = 'flaky'") == 10
 		})
 		if n := len(b.rec.forSink("flaky")); n != 30 {
 			t.Fatalf("flaky received %d events while the bad key failed, want the 30 good ones", n)
 		}
 		failing.Store(false)
-		waitFor(t, 30*time.Second, "the queue drained", func() bool { return len(b.rec.forSink("flaky")) >= 40 })
+		waitFor(t, time.Minute, "the queue drained", func() bool { return len(b.rec.forSink("flaky")) >= 40 })
 		got := b.rec.all()
 		checkKeyOrder(t, got)
 		exactlyOnce(t, got, "steady", seqs)
 		exactlyOnce(t, got, "flaky", seqs)
-		waitFor(t, 30*time.Second, "the outbox and the deliveries table emptied", func() bool {
+		waitFor(t, time.Minute, "the outbox and the deliveries table emptied", func() bool {
 			return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
 		})
 	})
@@ -334,7 +334,7 @@ func TestFanOutRetriesOnlyTheFailedSink(t *testing.T) {
 		}
 		seqs := b.insert(t, evs...)
 		b.start(t, cfg)
-		waitFor(t, 10*time.Second, "both sinks complete", func() bool {
+		waitFor(t, time.Minute, "both sinks complete", func() bool {
 			return len(b.rec.forSink("kafka")) >= 20 && len(b.rec.forSink("webhook")) >= 20
 		})
 		got := b.rec.all()
@@ -342,7 +342,7 @@ func TestFanOutRetriesOnlyTheFailedSink(t *testing.T) {
 		exactlyOnce(t, got, "webhook", seqs)
 		checkKeyOrder(t, got)
 		if n := b.count(t, "true"); n != 0 {
-			waitFor(t, 5*time.Second, "table drained", func() bool { return b.count(t, "true") == 0 })
+			waitFor(t, time.Minute, "table drained", func() bool { return b.count(t, "true") == 0 })
 		}
 	})
 }
@@ -354,13 +354,13 @@ func TestNoRouteDeadLettersWithReason(t *testing.T) {
 		cfg.Routes = []Route{{Topics: []string{"orders.*"}, Targets: []Target{{Sink: &testSink{name: "mem", rec: b.rec}}}}}
 		b.insert(t, ev{topic: "invoices.sent"}, ev{topic: "orders.paid"})
 		b.start(t, cfg)
-		waitFor(t, 5*time.Second, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead' AND sink = ''") == 1 })
+		waitFor(t, time.Minute, "dead letter", func() bool { return b.countDeliveries(t, "state = 'dead' AND sink = ''") == 1 })
 		var lastErr string
 		b.db.queryRow(t, "SELECT last_error FROM "+b.db.names().Deliveries()+" WHERE state = 'dead'", &lastErr)
 		if !strings.Contains(lastErr, `no route matches topic "invoices.sent"`) {
 			t.Fatalf("last_error = %q", lastErr)
 		}
-		waitFor(t, 5*time.Second, "routed event delivered", func() bool { return len(b.rec.all()) == 1 })
+		waitFor(t, time.Minute, "routed event delivered", func() bool { return len(b.rec.all()) == 1 })
 	})
 }
 
@@ -382,7 +382,7 @@ func TestSinkPanicLosesNothing(t *testing.T) {
 		sink := &panickySink{testSink: testSink{name: "mem", rec: b.rec}}
 		seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "a"})
 		b.start(t, b.config(t, sink))
-		waitFor(t, 5*time.Second, "delivered after panic", func() bool { return len(b.rec.all()) == 2 })
+		waitFor(t, time.Minute, "delivered after panic", func() bool { return len(b.rec.all()) == 2 })
 		exactlyOnce(t, b.rec.all(), "mem", seqs)
 		checkKeyOrder(t, b.rec.all())
 	})
@@ -422,11 +422,11 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 		}
 		// The live relay renews its heartbeat with its lanes, and tries to
 		// acquire lanes as it does.
-		waitFor(t, 10*time.Second, "the live relay's heartbeat", func() bool { return !heartbeat().IsZero() })
+		waitFor(t, time.Minute, "the live relay's heartbeat", func() bool { return !heartbeat().IsZero() })
 		for range 2 {
 			last := heartbeat()
 			clock.advance(renewEvery)
-			waitFor(t, 10*time.Second, "the live relay's lanes renewed", func() bool { return heartbeat().After(last) })
+			waitFor(t, time.Minute, "the live relay's lanes renewed", func() bool { return heartbeat().After(last) })
 		}
 		obs.waitClaims(t, 2)
 		if got := b.rec.all(); len(got) != 0 {
@@ -438,7 +438,7 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 
 		b.expireLeases(t, "crashed-relay")
 		clock.advance(renewEvery)
-		waitFor(t, 10*time.Second, "takeover", func() bool {
+		waitFor(t, time.Minute, "takeover", func() bool {
 			return b.countIn(t, b.db.names().Lanes(), "owner = 'crashed-relay'") == 0
 		})
 		obs.waitClaims(t, 2)
@@ -446,7 +446,7 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 			t.Fatalf("delivered %+v less than two thirds of a lease after the takeover", got)
 		}
 		clock.advance(cfg.Lease * 2 / 3)
-		waitFor(t, 10*time.Second, "delivery two thirds of a lease after the takeover", func() bool { return len(b.rec.all()) == 3 })
+		waitFor(t, time.Minute, "delivery two thirds of a lease after the takeover", func() bool { return len(b.rec.all()) == 3 })
 		exactlyOnce(t, b.rec.all(), "mem", seqs)
 	})
 }
@@ -457,7 +457,7 @@ func TestGracefulShutdownFinishesBatchAndReleases(t *testing.T) {
 		sink := &testSink{name: "mem", rec: b.rec, delay: 500 * time.Millisecond}
 		seqs := b.insert(t, ev{topic: "t", key: "a"}, ev{topic: "t", key: "b"})
 		stop := b.start(t, b.config(t, sink))
-		waitFor(t, 5*time.Second, "batch in flight", func() bool { return sink.publishes() == 1 })
+		waitFor(t, time.Minute, "batch in flight", func() bool { return sink.publishes() == 1 })
 		stop()
 		exactlyOnce(t, b.rec.all(), "mem", seqs)
 		if n := b.count(t, "true"); n != 0 {
@@ -499,8 +499,8 @@ func TestStopKeyOnDeadLetterHoldsTheKey(t *testing.T) {
 				configure(&cfg)
 				seqs := b.insert(t, ev{topic: "bad", key: "k"}, ev{topic: "good", key: "k"}, ev{topic: "good", key: "j"})
 				b.start(t, cfg)
-				waitFor(t, 10*time.Second, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
-				waitFor(t, 10*time.Second, "the dead letter and the event behind it recorded", func() bool {
+				waitFor(t, time.Minute, "other key delivered", func() bool { return len(b.rec.all()) >= 1 })
+				waitFor(t, time.Minute, "the dead letter and the event behind it recorded", func() bool {
 					return b.countDeliveries(t, "state = 'dead' AND stops_key") == 1 && b.countDeliveries(t, "state = 'waiting'") == 1
 				})
 				// Claims of queued deliveries come every poll interval while the
@@ -537,7 +537,7 @@ func TestRetryAfterFromTheSinkIsHonoured(t *testing.T) {
 		start := time.Now()
 		b.insert(t, ev{topic: "t", key: "k"})
 		b.start(t, cfg)
-		waitFor(t, 10*time.Second, "delivered", func() bool { return len(b.rec.all()) == 1 })
+		waitFor(t, time.Minute, "delivered", func() bool { return len(b.rec.all()) == 1 })
 		if took := b.rec.all()[0].at.Sub(start); took < 1200*time.Millisecond {
 			t.Fatalf("retried after %s, before the sink's Retry-After of 1.2s", took)
 		}
@@ -573,7 +573,7 @@ func TestRetryAfterSchedulesTheDelivery(t *testing.T) {
 				b.insert(t, ev{topic: "t", key: "k"})
 				failedBefore := time.Now()
 				b.start(t, cfg)
-				waitFor(t, 20*time.Second, "the failure recorded", func() bool {
+				waitFor(t, time.Minute, "the failure recorded", func() bool {
 					return b.countDeliveries(t, "sink = 'mem' AND attempts > 0") == 1
 				})
 				var (
@@ -638,7 +638,7 @@ func TestLateEventWaitsForParkedFollower(t *testing.T) {
 		}
 		late := b.insert(t, ev{topic: "t", key: "k", payload: "{}", delay: -time.Hour})[0]
 		close(release)
-		waitFor(t, 10*time.Second, "all three delivered", func() bool { return len(b.rec.all()) == 3 })
+		waitFor(t, time.Minute, "all three delivered", func() bool { return len(b.rec.all()) == 3 })
 		got := seqsInOrder(b.rec.all())
 		want := []int64{seqs[0], seqs[1], late}
 		for i := range want {
@@ -686,7 +686,7 @@ func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 		cfg := b.config(t, &testSink{name: "mem", rec: b.rec})
 		cfg.Lease, cfg.Clock, cfg.Observer = time.Minute, clock.now, obs
 		b.start(t, cfg)
-		waitFor(t, 10*time.Second, "takeover", func() bool {
+		waitFor(t, time.Minute, "takeover", func() bool {
 			return b.countIn(t, b.db.names().Lanes(), "owner = 'old-relay'") == 0
 		})
 		obs.waitClaims(t, 2)
@@ -698,7 +698,7 @@ func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 		b.rec.got = append(b.rec.got, received{sink: "mem", id: rows[0].id, key: "k", seq: rows[0].seq, at: time.Now()})
 		b.rec.mu.Unlock()
 		clock.advance(cfg.Lease * 2 / 3)
-		waitFor(t, 10*time.Second, "both delivered by the new owner", func() bool { return len(b.rec.all()) == 3 })
+		waitFor(t, time.Minute, "both delivered by the new owner", func() bool { return len(b.rec.all()) == 3 })
 		got := seqsInOrder(b.rec.all())
 		for i := 1; i < len(got); i++ {
 			if got[i] < got[i-1] {
@@ -742,7 +742,7 @@ func TestRelayVacuumsAsItRecords(t *testing.T) {
 			evs[j] = ev{topic: "t", key: fmt.Sprintf("k%d", j%100)}
 		}
 		b.insert(t, evs...)
-		waitFor(t, 30*time.Second, "the round delivered", func() bool { return b.count(t, "true") == 0 })
+		waitFor(t, time.Minute, "the round delivered", func() bool { return b.count(t, "true") == 0 })
 	}
 }
 

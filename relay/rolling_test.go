@@ -65,7 +65,7 @@ func TestRollingRouteChange(t *testing.T) {
 			inserts.Add(1)
 		}
 	}()
-	waitFor(t, 20*time.Second, "the old relay delivering", func() bool { return len(oldRec.all()) >= 50 })
+	waitFor(t, time.Minute, "the old relay delivering", func() bool { return len(oldRec.all()) >= 50 })
 	if !old.Superseded().IsZero() {
 		t.Fatal("the only relay says it is superseded")
 	}
@@ -76,14 +76,14 @@ func TestRollingRouteChange(t *testing.T) {
 	// The moment the test sees the new relay's announcement committed:
 	// every claim that starts later sees it too.
 	var announced time.Time
-	waitFor(t, 20*time.Second, "the new relay announced", func() bool {
+	waitFor(t, time.Minute, "the new relay announced", func() bool {
 		err := b.pool.QueryRow(ctx, "SELECT clock_timestamp() FROM "+b.tables.Relays()+" WHERE owner LIKE 'new%' LIMIT 1").Scan(&announced)
 		if err != nil && err != pgx.ErrNoRows {
 			t.Fatal(err)
 		}
 		return err == nil
 	})
-	waitFor(t, 20*time.Second, "the old relay superseded, holding no lane", func() bool {
+	waitFor(t, time.Minute, "the old relay superseded, holding no lane", func() bool {
 		var held int
 		if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.tables.Lanes()+" WHERE owner LIKE 'old%'").Scan(&held); err != nil {
 			t.Fatal(err)
@@ -94,13 +94,13 @@ func TestRollingRouteChange(t *testing.T) {
 	// have been under way when the test saw it), however slowly a loaded
 	// machine lets the producer write.
 	since := inserts.Load()
-	waitFor(t, 20*time.Second, "50 events written after the announcement", func() bool { return inserts.Load() >= since+51 })
-	waitFor(t, 20*time.Second, "the new relay delivering to b", func() bool { return len(newRec.forSink("b")) >= 50 })
+	waitFor(t, time.Minute, "50 events written after the announcement", func() bool { return inserts.Load() >= since+51 })
+	waitFor(t, time.Minute, "the new relay delivering to b", func() bool { return len(newRec.forSink("b")) >= 50 })
 	close(stopProducing)
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "every event delivered", func() bool {
+	waitFor(t, time.Minute, "every event delivered", func() bool {
 		return b.count(t, "true") == 0 && b.countDeliveries(t, "true") == 0
 	})
 

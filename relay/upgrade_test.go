@@ -73,7 +73,7 @@ func TestUpgradeToDeliveryQueues(t *testing.T) {
 	cfg := b.config(t, hook, mail)
 	cfg.StopKeyOnDeadLetter = true
 	stop := b.start(t, cfg)
-	waitFor(t, 10*time.Second, "key a and the keyless event delivered", func() bool {
+	waitFor(t, time.Minute, "key a and the keyless event delivered", func() bool {
 		return len(b.rec.forSink("hook")) == 3 && len(b.rec.forSink("mail")) == 2
 	})
 	if got := seqsInOrder(b.rec.forSink("hook")); got[0] != 1 || got[1] != 2 || got[2] != 3 {
@@ -86,9 +86,9 @@ func TestUpgradeToDeliveryQueues(t *testing.T) {
 	if res, err := store.Replay(ctx, deadletter.Filter{Key: "b"}, deadletter.ReplayOpts{}); err != nil || res.Count != 1 {
 		t.Fatalf("Replay = %+v, %v", res, err)
 	}
-	waitFor(t, 10*time.Second, "key b's stopped events delivered", func() bool { return len(b.rec.forSink("hook")) == 5 })
+	waitFor(t, time.Minute, "key b's stopped events delivered", func() bool { return len(b.rec.forSink("hook")) == 5 })
 	checkKeyOrder(t, b.rec.all())
-	waitFor(t, 10*time.Second, "only the two dead letters left (key c's on hook, the unroutable one)", func() bool {
+	waitFor(t, time.Minute, "only the two dead letters left (key c's on hook, the unroutable one)", func() bool {
 		return b.countDeliveries(t, "true") == 2 && b.countDeliveries(t, "state = 'dead'") == 2
 	})
 

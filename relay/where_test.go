@@ -98,7 +98,7 @@ func TestWhereRoutesByFilter(t *testing.T) {
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	waitFor(t, 30*time.Second, "the matched events delivered and the others dead", func() bool {
+	waitFor(t, time.Minute, "the matched events delivered and the others dead", func() bool {
 		return len(b.rec.forSink("big")) == 1 && len(b.rec.forSink("small")) == 2 &&
 			b.deadReason(t, zero, "") != "" && b.deadReason(t, noTotal, "") != ""
 	})
@@ -140,7 +140,7 @@ func TestWhereBinaryPayload(t *testing.T) {
 	image := b.insertRaw(t, "images", "i1", nil, []byte{0x89, 'P', 'N', 'G'}, `{}`)
 	after := b.insertRaw(t, "blobs", "b1", jsonText(`{"total": 101}`), nil, `{}`)
 	b.start(t, cfg)
-	waitFor(t, 30*time.Second, "both blobs delivered and the image dead", func() bool {
+	waitFor(t, time.Minute, "both blobs delivered and the image dead", func() bool {
 		return len(b.rec.forSink("small")) == 1 && len(b.rec.forSink("big")) == 1 && b.deadReason(t, image, "") != ""
 	})
 	if got := idsAt(b, "small"); !slices.Equal(got, []string{blob}) {

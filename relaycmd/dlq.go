@@ -175,8 +175,8 @@ func (p *progress) report(done int64) {
 		return
 	}
 	p.last = time.Now()
-	p.total = max(p.total, done)
 	if p.total > 0 {
+		p.total = max(p.total, done)
 		fmt.Fprintf(p.w, "%s %d/%s (%.0f%%, %s)\n", p.verb, done, deadLetters(p.total), 100*float64(done)/float64(p.total), time.Since(p.start).Round(time.Millisecond))
 		return
 	}
