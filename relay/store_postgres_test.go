@@ -39,8 +39,9 @@ func (d pgDB) names() tableNames { return d.tables }
 
 func (pgDB) now() string { return "now()" }
 
-func (d pgDB) insert(t testing.TB, evs []ev, commit bool) []int64 {
-	t.Helper()
+// evArrays are evs as the array parameters of an unnest: topics, keys,
+// payloads, delays and max attempts.
+func evArrays(evs []ev) []any {
 	topics := make([]string, len(evs))
 	keys := make([]pgtype.Text, len(evs))
 	payloads := make([]string, len(evs))
@@ -53,6 +54,11 @@ func (d pgDB) insert(t testing.TB, evs []ev, commit bool) []int64 {
 		delays[i] = e.delay
 		maxAtt[i] = pgtype.Int4{Int32: int32(e.maxAtt), Valid: e.maxAtt > 0}
 	}
+	return []any{topics, keys, payloads, delays, maxAtt}
+}
+
+func (d pgDB) insert(t testing.TB, evs []ev, commit bool) []int64 {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
@@ -61,7 +67,7 @@ func (d pgDB) insert(t testing.TB, evs []ev, commit bool) []int64 {
 	defer tx.Rollback(ctx)
 	rows, err := tx.Query(ctx, `INSERT INTO `+d.tables.Outbox()+` (topic, key, payload, available_at, max_attempts)
 SELECT u.topic, u.key, u.payload::json, now() + u.delay, u.max FROM unnest($1::text[], $2::text[], $3::text[], $4::interval[], $5::int[])
-  WITH ORDINALITY AS u(topic, key, payload, delay, max, n) ORDER BY u.n RETURNING seq`, topics, keys, payloads, delays, maxAtt)
+  WITH ORDINALITY AS u(topic, key, payload, delay, max, n) ORDER BY u.n RETURNING seq`, evArrays(evs)...)
 	if err != nil {
 		t.Fatalf("inserting events: %v", err)
 	}

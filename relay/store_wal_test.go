@@ -3,9 +3,6 @@ package relay
 import (
 	"context"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/heraldhq/herald/internal/pgtest"
 )
@@ -35,18 +32,6 @@ func setupWALStore(t testing.TB) *testBundle {
 // seqs (outbox_emit takes each from the outbox's sequence, as a row would).
 func (d pgWALDB) insert(t testing.TB, evs []ev, commit bool) []int64 {
 	t.Helper()
-	topics := make([]string, len(evs))
-	keys := make([]pgtype.Text, len(evs))
-	payloads := make([]string, len(evs))
-	delays := make([]time.Duration, len(evs))
-	maxAtt := make([]pgtype.Int4, len(evs))
-	for i, e := range evs {
-		topics[i] = e.topic
-		keys[i] = pgtype.Text{String: e.key, Valid: e.key != ""}
-		payloads[i] = e.payloadOr(i)
-		delays[i] = e.delay
-		maxAtt[i] = pgtype.Int4{Int32: int32(e.maxAtt), Valid: e.maxAtt > 0}
-	}
 	ctx := context.Background()
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
@@ -60,7 +45,7 @@ func (d pgWALDB) insert(t testing.TB, evs []ev, commit bool) []int64 {
   currval(pg_get_serial_sequence($6, 'seq'))
 FROM unnest($1::text[], $2::text[], $3::text[], $4::interval[], $5::int[])
   WITH ORDINALITY AS u(topic, key, payload, delay, max, n) ORDER BY u.n`,
-		topics, keys, payloads, delays, maxAtt, d.tables.Outbox())
+		append(evArrays(evs), d.tables.Outbox())...)
 	if err != nil {
 		t.Fatalf("emitting events: %v", err)
 	}

@@ -36,16 +36,23 @@ func runMySQL(t *testing.T, cfg relaybench.Config) (*relaybench.Result, string) 
 	if err := res.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	db, err := mysqlurl.Open(cfg.DatabaseURL)
+	requireDropped(ctx, t, cfg.DatabaseURL, res.Schema)
+	return res, text.String()
+}
+
+// requireDropped fails unless the run's database is gone from the server
+// at url.
+func requireDropped(ctx context.Context, t *testing.T, url, database string) {
+	t.Helper()
+	db, err := mysqlurl.Open(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	var n int
-	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", res.Schema).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("database %s still exists (%d, %v)", res.Schema, n, err)
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", database).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("database %s still exists (%d, %v)", database, n, err)
 	}
-	return res, text.String()
 }
 
 // A drain on MySQL delivers every event in key order with two relays, and
@@ -107,15 +114,7 @@ func TestMySQLBinary(t *testing.T) {
 	if b := res.Binary; b == nil || b.Published < 2000 || res.Events != 2000 || res.RowsLeft != 0 || res.Verification.Lost != 0 {
 		t.Fatalf("result %+v, binary %+v", res, b)
 	}
-	db, err := mysqlurl.Open(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var n int
-	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?", res.Schema).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("database %s still exists (%d, %v)", res.Schema, n, err)
-	}
+	requireDropped(ctx, t, url, res.Schema)
 }
 
 // The failure-path modes are PostgreSQL's only, and say so.
