@@ -120,6 +120,30 @@ func TestLive(t *testing.T) {
 	}
 }
 
+// TestDrainAfterHistory: --history drains its events through the same
+// relays first; the measured phase counts the backlog alone, and every
+// event of both is verified.
+func TestDrainAfterHistory(t *testing.T) {
+	t.Parallel()
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := relaybench.Run(ctx, relaybench.Config{DatabaseURL: pgtest.URL(t), Events: 1500, History: 2000, Keys: 20,
+		Timeout: 30 * time.Second, Progress: &progress})
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if v := res.Verification; !v.OK() || v.Events != 3500 || v.Delivered != 3500 || !v.KeyOrderIntact {
+		t.Fatalf("verification %+v", v)
+	}
+	if res.Events != 1500 || res.History != 2000 || res.EventsPerSecond <= 0 || res.RowsLeft != 0 {
+		t.Fatalf("result: %d events after a history of %d, %.0f events/s, %d rows left", res.Events, res.History, res.EventsPerSecond, res.RowsLeft)
+	}
+	if !strings.Contains(progress.String(), "history: 2000 events") {
+		t.Fatalf("progress:\n%s", progress.String())
+	}
+}
+
 func TestLiveTransactionsOfSeveralEvents(t *testing.T) {
 	t.Parallel()
 	res := run(t, relaybench.Config{Mode: relaybench.ModeLive, Rate: 1000, TxEvents: 5, Duration: time.Second, Keys: 3})

@@ -158,8 +158,9 @@ func (r *run) commitBacklog(ctx context.Context) error {
 }
 
 // binaryConfig is the configuration of the relay process: the run's
-// database and schema (on MySQL, the run's own database), a discard sink for every topic, the admin server on
-// addr, warnings and errors logged. YAML is a superset of JSON.
+// database and schema (on MySQL, the run's own database), a discard sink
+// for every topic, the admin server on addr, warnings and errors logged.
+// YAML is a superset of JSON.
 func (r *run) binaryConfig(addr string) []byte {
 	relayCfg := map[string]any{}
 	if r.cfg.BatchSize > 0 {

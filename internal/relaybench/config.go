@@ -352,21 +352,21 @@ const (
 
 // Defaults of the isolation modes: the cases docs/benchmarks.md reports.
 const (
-	DefaultSlowRate         = 200
-	DefaultSlowDuration     = 20 * time.Second
-	DefaultSlowAnswerAfter  = 200 * time.Millisecond
-	DefaultRecoveryEvents   = 6_000
-	DefaultRecoveryKeys     = 20
-	DefaultRecoveryAnswer   = 20 * time.Millisecond
-	DefaultSkewEvents       = 200
-	DefaultClockOffset      = time.Hour
-	DefaultFailAttempts     = 3
-	DefaultSkewPollInterval = 50 * time.Millisecond
+	DefaultSlowRate           = 200
+	DefaultSlowDuration       = 20 * time.Second
+	DefaultSlowAnswerAfter    = 200 * time.Millisecond
+	DefaultRecoveryEvents     = 6_000
+	DefaultRecoveryKeys       = 20
+	DefaultRecoveryAnswer     = 20 * time.Millisecond
+	DefaultSkewEvents         = 200
+	DefaultClockOffset        = time.Hour
+	DefaultFailAttempts       = 3
+	DefaultSkewPollInterval   = 50 * time.Millisecond
+	DefaultSkewBackoffInitial = 200 * time.Millisecond
 	// DefaultIdleDuration is ModeIdle's window: a minute holds several
 	// rounds of every periodic statement (lane renewals, maintenance,
 	// gauges).
-	DefaultIdleDuration       = time.Minute
-	DefaultSkewBackoffInitial = 200 * time.Millisecond
+	DefaultIdleDuration = time.Minute
 
 	// isolationTail is how long the producers of ModeIsolation run after
 	// the outage by default.

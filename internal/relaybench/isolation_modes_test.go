@@ -213,6 +213,9 @@ func TestIsolationModesValidate(t *testing.T) {
 		{relaybench.Config{Mode: relaybench.ModeIdle, DatabaseURL: "mysql://root@127.0.0.1:3306/test"}, "--mode: "},
 		{relaybench.Config{Mode: relaybench.ModeOutage, Capture: relay.CaptureWAL}, "--capture wal: "},
 		{relaybench.Config{Capture: "binlog"}, "--capture: "},
+		{relaybench.Config{History: -1}, "--history: "},
+		{relaybench.Config{Mode: relaybench.ModeLive, History: 10}, "--history: "},
+		{relaybench.Config{History: 10, DatabaseURL: "mysql://root@127.0.0.1:3306/test"}, "--history: "},
 	} {
 		cfg := c.cfg
 		if cfg.DatabaseURL == "" {
