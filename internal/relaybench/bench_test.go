@@ -34,7 +34,7 @@ func run(t *testing.T, cfg relaybench.Config) *relaybench.Result {
 	}
 	var progress bytes.Buffer
 	cfg.Progress = &progress
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout+30*time.Second)
 	defer cancel()
 	res, err := relaybench.Run(ctx, cfg)
 	if err != nil {
