@@ -22,9 +22,9 @@ import (
 // setupWAL is a PostgreSQL bundle on a server that writes logical WAL.
 func setupWAL(t *testing.T) *testBundle {
 	t.Helper()
-	b := setup(t)
-	pgtest.RequireLogicalWAL(t, b.pool)
-	return b
+	pool := pgtest.WALPool(t)
+	pgtest.RequireLogicalWAL(t, pool)
+	return pgBundle(pool, pgtest.Schema(t, pool))
 }
 
 // walConfig is b.config reading the WAL.

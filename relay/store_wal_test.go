@@ -19,8 +19,9 @@ type pgWALDB struct{ pgDB }
 // slot is created first: an event emitted before it exists is in no slot.
 func setupWALStore(t testing.TB) *testBundle {
 	t.Helper()
-	b := setup(t)
-	pgtest.RequireLogicalWAL(t, b.pool)
+	pool := pgtest.WALPool(t)
+	pgtest.RequireLogicalWAL(t, pool)
+	b := pgBundle(pool, pgtest.Schema(t, pool))
 	if _, err := b.pool.Exec(context.Background(), "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", b.tables.SlotName()); err != nil {
 		t.Fatalf("creating the test's replication slot: %v", err)
 	}

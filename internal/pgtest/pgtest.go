@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -126,10 +127,54 @@ func createDatabase(ctx context.Context, url string) error {
 	return nil
 }
 
+// WALURL is URL(t) on a database of its own, created when missing (the
+// name of URL's with "_wal" added), for the tests that read a logical
+// replication slot. A slot decodes the WAL of its database only: the other
+// tests' DDL, schema drops and catalog edits (pg_class rows set by hand to
+// test plans) once left a slot unable to map a record's filenode to a
+// relation, and every reader of it stopped there.
+func WALURL(t testing.TB) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatalf("parsing database URL: %v", err)
+	}
+	u, err := url.Parse(URL(t))
+	if err != nil {
+		t.Fatalf("parsing database URL: %v", err)
+	}
+	u.Path = "/" + cfg.Database + "_wal"
+	walOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		walErr = createDatabase(ctx, u.String())
+	})
+	if walErr != nil {
+		t.Fatalf("the WAL tests' database: %v", walErr)
+	}
+	return u.String()
+}
+
+var (
+	walOnce sync.Once
+	walErr  error
+)
+
+// WALPool returns a pool on WALURL(t), closed when the test ends.
+func WALPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return poolOn(t, WALURL(t))
+}
+
 // Pool returns a pool on URL(t), closed when the test ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(URL(t))
+	return poolOn(t, URL(t))
+}
+
+func poolOn(t testing.TB, dbURL string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		t.Fatalf("parsing database URL: %v", err)
 	}

@@ -28,7 +28,9 @@ import (
 // that the run's schema is gone.
 func run(t *testing.T, cfg relaybench.Config) *relaybench.Result {
 	t.Helper()
-	cfg.DatabaseURL = pgtest.URL(t)
+	if cfg.DatabaseURL == "" {
+		cfg.DatabaseURL = pgtest.URL(t)
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}

@@ -19,7 +19,7 @@ import (
 // reads it as encoding/json does.
 func TestScanReadsWhatTheServerWrites(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgtest.WALPool(t)
 	pgtest.RequireLogicalWAL(t, pool)
 	tables := pgtest.Schema(t, pool)
 	ctx := context.Background()

@@ -15,7 +15,7 @@ import (
 // slot exists but before any reader runs is read by the first reader.
 func TestReaderReadsWhatWasEmittedBeforeItStarted(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgtest.WALPool(t)
 	pgtest.RequireLogicalWAL(t, pool)
 	tables := pgtest.Schema(t, pool)
 	ctx := context.Background()
@@ -60,7 +60,7 @@ func TestReaderReadsWhatWasEmittedBeforeItStarted(t *testing.T) {
 // event after it, in the same transaction, is read.
 func TestReaderSkipsAMessageThatIsNotAnEvent(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	pool := pgtest.WALPool(t)
 	pgtest.RequireLogicalWAL(t, pool)
 	tables := pgtest.Schema(t, pool)
 	ctx := context.Background()
