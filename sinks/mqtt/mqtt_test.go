@@ -184,21 +184,24 @@ func TestPrivateBrokerSetupErrors(t *testing.T) {
 	t.Run("ACL refusal is Unavailable, packet too large is permanent", func(t *testing.T) {
 		s := open(t, mqtt.Config{URL: strings.Replace(url, "mqtt://", "mqtt://herald:s3cret@", 1)})
 		big := sinktest.Oversized("allowed/big", "", 8000) // over max_packet_size 4096
+		// The denied event comes last: an Unavailable answer stops the
+		// call, and the events after it would get that answer instead of
+		// their own, depending on when its PUBACK arrives.
 		events := []sinks.Event{
 			sinktest.Event("allowed/ok", "a", []byte(`{}`)),
-			sinktest.Event("denied/x", "b", []byte(`{}`)),
 			big,
+			sinktest.Event("denied/x", "b", []byte(`{}`)),
 		}
 		errs := publish(t, s, events...)
 		if errs[0] != nil {
 			t.Fatalf("allowed topic: %v", errs[0])
 		}
-		var reason *mqtt.ReasonError
-		if !sinks.IsUnavailable(errs[1]) || !errors.As(errs[1], &reason) || reason.Code != 0x87 {
-			t.Fatalf("denied topic: %v, want Unavailable PUBACK 0x87", errs[1])
+		if !sinks.IsPermanent(errs[1]) || !strings.Contains(errs[1].Error(), "4096") {
+			t.Fatalf("oversized event: %v, want permanent naming the broker's limit", errs[1])
 		}
-		if !sinks.IsPermanent(errs[2]) || !strings.Contains(errs[2].Error(), "4096") {
-			t.Fatalf("oversized event: %v, want permanent naming the broker's limit", errs[2])
+		var reason *mqtt.ReasonError
+		if !sinks.IsUnavailable(errs[2]) || !errors.As(errs[2], &reason) || reason.Code != 0x87 {
+			t.Fatalf("denied topic: %v, want Unavailable PUBACK 0x87", errs[2])
 		}
 	})
 }
