@@ -57,8 +57,9 @@ type Config struct {
 	// Backoff spaces retries of a failed event. Defaults to 1s doubling to 10m
 	// with 20% jitter.
 	Backoff Backoff
-	// SinkPause spaces probes of a sink that is down. Defaults to 1s doubling
-	// to 1m with 20% jitter.
+	// SinkPause spaces probes of a sink that is down: a probe is one call
+	// with one key's queue, and a sink that is back is found at the next
+	// one. Defaults to 1s doubling to 5s with 20% jitter.
 	SinkPause Backoff
 	// HandOffAfter is how long a batch waits for its sinks' answers, at
 	// least: the relay waits four times what its fastest sink usually
@@ -327,7 +328,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxAttempts = 10
 	}
 	c.Backoff = c.Backoff.withDefaults(time.Second, 10*time.Minute)
-	c.SinkPause = c.SinkPause.withDefaults(time.Second, time.Minute)
+	c.SinkPause = c.SinkPause.withDefaults(time.Second, 5*time.Second)
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = c.Lease / 2
 	}

@@ -61,6 +61,16 @@ func TestRecovery(t *testing.T) {
 	if rc.PeakInFlight < 1 || rc.PeakInFlight > int64(relaybench.Config{}.WithDefaults().WebhookConcurrency) {
 		t.Fatalf("hook's receiver held %d requests at once", rc.PeakInFlight)
 	}
+	// Each phase's receiver held requests for at least its events'
+	// answer time (300 × 5 ms), and never more than the concurrency
+	// allows.
+	flowingQueued := [][2]float64{{rc.FlowingBusy, rc.FlowingSeconds}, {rc.QueuedAfterProbeBusy, rc.QueuedSeconds - rc.ProbeWaitSeconds}}
+	for i, p := range flowingQueued {
+		held := p[0] * float64(rc.Concurrency) * p[1]
+		if p[0] > 1.01 || held < 300*0.005 {
+			t.Errorf("phase %d: the receiver held %.3f of what hook may have in flight (%.3fs of requests)", i, p[0], held)
+		}
+	}
 }
 
 // TestSkew: with the relay's clock an hour ahead or behind, each event is

@@ -38,6 +38,11 @@ type receiver struct {
 	inFlight atomic.Int64
 	// peak is the most requests the receiver held at once.
 	peak atomic.Int64
+	// busy is the sum of the time the receiver held each request
+	// (nanoseconds), counted as each is answered: over a phase, busy
+	// divided by the sink's concurrency and the phase's length is how
+	// much of what the sink may have in flight it kept in flight.
+	busy atomic.Int64
 }
 
 // startReceiver listens on a loopback port for events whose index is below
@@ -61,7 +66,10 @@ func (r *run) startReceiver(delay time.Duration, events int) (*receiver, error) 
 func (rv *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	at := time.Since(rv.r.origin).Nanoseconds()
 	n := rv.inFlight.Add(1)
-	defer rv.inFlight.Add(-1)
+	defer func() {
+		rv.inFlight.Add(-1)
+		rv.busy.Add(time.Since(rv.r.origin).Nanoseconds() - at)
+	}()
 	for p := rv.peak.Load(); n > p && !rv.peak.CompareAndSwap(p, n); p = rv.peak.Load() {
 	}
 	rv.requests.Add(1)

@@ -39,6 +39,13 @@ type RecoveryResult struct {
 	QueuedAfterProbeEventsPerSecond float64 `json:"queued_after_probe_events_per_s"`
 	// Ratio is QueuedEventsPerSecond over FlowingEventsPerSecond.
 	Ratio float64 `json:"ratio"`
+	// FlowingBusy and QueuedAfterProbeBusy are the share of what hook may
+	// have in flight (Concurrency requests for the phase's length) that
+	// its receiver held: 1 is a sink kept at its concurrency all along,
+	// which no drain can beat. The queued one counts from the first
+	// queued arrival.
+	FlowingBusy          float64 `json:"flowing_busy"`
+	QueuedAfterProbeBusy float64 `json:"queued_after_probe_busy"`
 	// PeakInFlight is the most requests hook's receiver held at once.
 	PeakInFlight int64 `json:"peak_in_flight"`
 }
@@ -73,6 +80,7 @@ func (r *run) recovery(ctx context.Context) error {
 	}
 	start := time.Since(r.origin).Nanoseconds()
 	m.start = start
+	busy0 := rv.busy.Load()
 	end, err := r.waitEmpty(ctx, rs, nil, int64(n), true, start+cfg.Timeout.Nanoseconds())
 	if err != nil {
 		return err
@@ -81,6 +89,7 @@ func (r *run) recovery(ctx context.Context) error {
 		return fmt.Errorf("flowing phase: %s of %d events delivered after --timeout %s", r.uniqueText(), n, cfg.Timeout)
 	}
 	out.FlowingSeconds = float64(end-start) / 1e9
+	out.FlowingBusy = float64(rv.busy.Load()-busy0) / float64(int64(cfg.WebhookConcurrency)*(end-start))
 	fmt.Fprintf(cfg.Progress, "flowing: delivered in %.3fs\n", out.FlowingSeconds)
 
 	hook.fault.down.Store(true)
@@ -95,6 +104,7 @@ func (r *run) recovery(ctx context.Context) error {
 	if out.QueueDepth, err = r.queueDepth(ctx, SinkHook); err != nil {
 		return fmt.Errorf("counting the deliveries waiting for sink hook: %w", err)
 	}
+	busy1 := rv.busy.Load() // the probes that failed were not held
 	hook.fault.down.Store(false)
 	healed := time.Since(r.origin).Nanoseconds()
 	fmt.Fprintf(cfg.Progress, "queued: sink hook back, %d deliveries waiting for it...\n", out.QueueDepth)
@@ -124,6 +134,7 @@ func (r *run) recovery(ctx context.Context) error {
 	out.QueuedEventsPerSecond = float64(n) / out.QueuedSeconds
 	if d := float64(end-first) / 1e9; d > 0 {
 		out.QueuedAfterProbeEventsPerSecond = float64(n) / d
+		out.QueuedAfterProbeBusy = float64(rv.busy.Load()-busy1) / (float64(cfg.WebhookConcurrency) * float64(end-first))
 	}
 	out.Ratio = out.QueuedEventsPerSecond / out.FlowingEventsPerSecond
 	out.PeakInFlight = rv.peak.Load()

@@ -208,7 +208,8 @@ func writeRecovery(ew *errWriter, rc *RecoveryResult) {
 	ew.printf("flowing: %d events in %.3fs: %.0f events/s\n", rc.EventsEach, rc.FlowingSeconds, rc.FlowingEventsPerSecond)
 	ew.printf("queued:  %d deliveries waiting when hook came back, drained in %.3fs: %.0f events/s (ratio to flowing %.2f); first arrival after %.3fs, %.0f events/s from then on\n",
 		rc.QueueDepth, rc.QueuedSeconds, rc.QueuedEventsPerSecond, rc.Ratio, rc.ProbeWaitSeconds, rc.QueuedAfterProbeEventsPerSecond)
-	ew.printf("at most %d requests at hook's receiver at once\n", rc.PeakInFlight)
+	ew.printf("at most %d requests at hook's receiver at once; it held %.0f %% of what hook may have in flight flowing, %.0f %% queued (from the first arrival)\n",
+		rc.PeakInFlight, 100*rc.FlowingBusy, 100*rc.QueuedAfterProbeBusy)
 }
 
 func writeSkew(ew *errWriter, s *SkewResult) {
