@@ -104,7 +104,7 @@ func (r *run) recovery(ctx context.Context) error {
 	if out.QueueDepth, err = r.queueDepth(ctx, SinkHook); err != nil {
 		return fmt.Errorf("counting the deliveries waiting for sink hook: %w", err)
 	}
-	busy1 := rv.busy.Load() // the probes that failed were not held
+	busy1 := rv.busy.Load() // while hook was down, nothing reached its receiver
 	hook.fault.down.Store(false)
 	healed := time.Since(r.origin).Nanoseconds()
 	fmt.Fprintf(cfg.Progress, "queued: sink hook back, %d deliveries waiting for it...\n", out.QueueDepth)
