@@ -111,7 +111,8 @@ const (
 	lingerFor   = 250 * time.Millisecond
 	lingerEvery = 5 * time.Millisecond
 	// maintainEvery spaces upkeep: departed relays, the retention cleaner,
-	// deliveries for sinks no longer routed and the periodic vacuum check.
+	// the count of deliveries waiting for sinks no route names, and the
+	// periodic vacuum check.
 	maintainEvery = 10 * time.Second
 	// statsEvery spaces the flushes of published counts to the stats table.
 	statsEvery = 5 * time.Second
