@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -59,22 +60,30 @@ func evArrays(evs []ev) []any {
 
 func (d pgDB) insert(t testing.TB, evs []ev, commit bool) []int64 {
 	t.Helper()
+	return d.insertWith(t, `INSERT INTO `+d.tables.Outbox()+` (topic, key, payload, available_at, max_attempts)
+SELECT u.topic, u.key, u.payload::json, now() + u.delay, u.max FROM unnest($1::text[], $2::text[], $3::text[], $4::interval[], $5::int[])
+  WITH ORDINALITY AS u(topic, key, payload, delay, max, n) ORDER BY u.n RETURNING seq`, evArrays(evs), commit,
+		func(rows pgx.Rows) (seq int64, err error) { err = rows.Scan(&seq); return seq, err })
+}
+
+// insertWith runs q with args in one transaction, reads a seq from each
+// row it returns with scan, and commits it (or rolls it back).
+func (d pgDB) insertWith(t testing.TB, q string, args []any, commit bool, scan func(pgx.Rows) (int64, error)) []int64 {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		t.Fatalf("inserting events: %v", err)
 	}
 	defer tx.Rollback(ctx)
-	rows, err := tx.Query(ctx, `INSERT INTO `+d.tables.Outbox()+` (topic, key, payload, available_at, max_attempts)
-SELECT u.topic, u.key, u.payload::json, now() + u.delay, u.max FROM unnest($1::text[], $2::text[], $3::text[], $4::interval[], $5::int[])
-  WITH ORDINALITY AS u(topic, key, payload, delay, max, n) ORDER BY u.n RETURNING seq`, evArrays(evs)...)
+	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		t.Fatalf("inserting events: %v", err)
 	}
 	var seqs []int64
 	for rows.Next() {
-		var s int64
-		if err := rows.Scan(&s); err != nil {
+		s, err := scan(rows)
+		if err != nil {
 			t.Fatal(err)
 		}
 		seqs = append(seqs, s)

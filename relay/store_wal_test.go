@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/heraldhq/herald/internal/pgtest"
 )
 
@@ -33,41 +35,19 @@ func setupWALStore(t testing.TB) *testBundle {
 // seqs (outbox_emit takes each from the outbox's sequence, as a row would).
 func (d pgWALDB) insert(t testing.TB, evs []ev, commit bool) []int64 {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := d.pool.Begin(ctx)
-	if err != nil {
-		t.Fatalf("emitting events: %v", err)
-	}
-	defer tx.Rollback(ctx)
 	// Evaluated left to right, row by row: currval is the seq the row's
 	// outbox_emit has just taken.
-	rows, err := tx.Query(ctx, `SELECT `+d.tables.Emit()+`(u.topic, u.key, u.payload::jsonb,
+	return d.insertWith(t, `SELECT `+d.tables.Emit()+`(u.topic, u.key, u.payload::jsonb,
     delay => nullif(u.delay, interval '0'), max_attempts => u.max) IS NOT NULL,
   currval(pg_get_serial_sequence($6, 'seq'))
 FROM unnest($1::text[], $2::text[], $3::text[], $4::interval[], $5::int[])
   WITH ORDINALITY AS u(topic, key, payload, delay, max, n) ORDER BY u.n`,
-		append(evArrays(evs), d.tables.Outbox())...)
-	if err != nil {
-		t.Fatalf("emitting events: %v", err)
-	}
-	var seqs []int64
-	for rows.Next() {
-		var emitted bool
-		var s int64
-		if err := rows.Scan(&emitted, &s); err != nil {
-			t.Fatal(err)
-		}
-		seqs = append(seqs, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("emitting events: %v", err)
-	}
-	if commit {
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatalf("committing events: %v", err)
-		}
-	}
-	return seqs
+		append(evArrays(evs), d.tables.Outbox()), commit,
+		func(rows pgx.Rows) (seq int64, err error) {
+			var emitted bool
+			err = rows.Scan(&emitted, &seq)
+			return seq, err
+		})
 }
 
 // newRelay reads the WAL, unless the test chose a capture.
