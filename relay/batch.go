@@ -253,6 +253,7 @@ func (b *batch) event(it *item, attempt int) sinks.Event {
 // other sinks', nor the next batch. The calls end by deadline.
 func (b *batch) publish(ctx context.Context, deadline time.Time, wait time.Duration) {
 	for _, c := range b.order {
+		b.r.probeStarted(c.sink)
 		c.start(ctx, deadline)
 	}
 	if b.answered() {

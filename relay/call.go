@@ -44,6 +44,9 @@ type sinkState struct {
 	mu          sync.Mutex // guards failures and pausedUntil
 	failures    int
 	pausedUntil time.Time
+	// down is set while failures > 0: the sink was found down and has
+	// not delivered since. A result reads it without the lock.
+	down atomic.Bool
 }
 
 // pausedTill returns until when the sink is paused (zero when it is not).
@@ -125,6 +128,9 @@ type sinkCall struct {
 	results []error
 	known   []bool
 	unknown int // events without a result
+	// foundDown: a result of the call said the sink is down; it paused the
+	// sink, and no later result of the call resumes it.
+	foundDown bool
 }
 
 // add appends an event to the call, for the batch's target at index t.
@@ -158,7 +164,6 @@ func (c *sinkCall) start(ctx context.Context, deadline time.Time) {
 		r := c.w.r
 		r.cfg.Observer.SinkPublish(c.sink.name, len(c.events), time.Since(start))
 		r.cfg.Observer.SinkInFlight(c.sink.name, int(c.sink.inFlight.Load()))
-		r.judgeSink(c.sink, results)
 		c.endSpans(results)
 	}()
 }
@@ -199,6 +204,7 @@ func (c *sinkCall) report(i int, err error) {
 		c.mu.Unlock()
 		return
 	}
+	c.judgeSink(err)
 	c.known[i], c.results[i] = true, err
 	c.unknown--
 	c.mu.Unlock()
@@ -234,24 +240,21 @@ func (c *sinkCall) endSpans(results []error) {
 	}
 }
 
-// judgeSink pauses a sink whose call found it down, or resumes one whose
-// call delivered something.
-func (r *Relay) judgeSink(s *sinkState, results []error) {
-	var down error
-	delivered := false
-	for _, err := range results {
-		switch {
-		case err == nil:
-			delivered = true
-		case down == nil && sinks.IsUnavailable(err):
-			down = err
-		}
-	}
+// judgeSink changes the sink's state by one result of the call, before
+// the result is seen (c.mu is held), so that a worker that sees it claims
+// by the new state: the call's first result saying the sink is down pauses
+// it, and a delivery resumes a paused sink, from that delivery on rather
+// than from the end of its call (a probe may be a long chain of one key's
+// events), unless the call found the sink down.
+func (c *sinkCall) judgeSink(err error) {
 	switch {
-	case down != nil:
-		r.pause(s, down)
-	case delivered:
-		r.resume(s)
+	case err == nil:
+		if !c.foundDown && c.sink.down.Load() {
+			c.w.r.resume(c.sink)
+		}
+	case !c.foundDown && sinks.IsUnavailable(err):
+		c.foundDown = true
+		c.w.r.pause(c.sink, err)
 	}
 }
 

@@ -58,8 +58,9 @@ type Config struct {
 	// with 20% jitter.
 	Backoff Backoff
 	// SinkPause spaces probes of a sink that is down: a probe is one call
-	// with one key's queue, and a sink that is back is found at the next
-	// one. Defaults to 1s doubling to 5s with 20% jitter.
+	// with one key's queue, one per pause, and a sink that is back drains
+	// its queue from the next probe's first delivery. Defaults to 1s
+	// doubling to 5s with 20% jitter.
 	SinkPause Backoff
 	// HandOffAfter is how long a batch waits for its sinks' answers, at
 	// least: the relay waits four times what its fastest sink usually

@@ -92,6 +92,133 @@ func TestPausedSinkIsProbedWhenItsPauseEnds(t *testing.T) {
 	})
 }
 
+// TestProbeResumesTheSinkAtItsFirstDelivery: a probe is one key's queue,
+// sent as one call; the sink is back from the call's first delivery, and
+// the other queues drain while the probe's call still runs. Each key's
+// second event is held at the gate: every key's first arrives while the
+// gate is shut. The pause is an hour on the relay's clock, which the test
+// moves on: a relay that resumed the sink only when the probe's call
+// ended would hold the other queues for that hour.
+func TestProbeResumesTheSinkAtItsFirstDelivery(t *testing.T) {
+	t.Parallel()
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
+		var down atomic.Bool
+		down.Store(true)
+		const keys = 4
+		var evs []ev
+		for i := range 3 * keys {
+			evs = append(evs, ev{topic: "t", key: fmt.Sprintf("k%d", i%keys)})
+		}
+		seqs := b.insert(t, evs...)
+		second := map[int64]bool{}
+		for _, seq := range seqs[keys : 2*keys] {
+			second[seq] = true
+		}
+		s := newGatedSink("flaky", b.rec, func(e *sinks.Event) bool { return second[e.Seq] })
+		s.fail = func(*sinks.Event) error {
+			if down.Load() {
+				return sinks.Unavailable(errors.New("dial tcp: connection refused"))
+			}
+			return nil
+		}
+		clock := &testClock{}
+		cfg := b.config(t, s)
+		cfg.Clock = clock.now
+		cfg.SinkPause = Backoff{Initial: time.Hour, Max: time.Hour, Jitter: -1}
+		cfg.Lease, cfg.PublishTimeout = 2*time.Minute, time.Minute // held until the gate opens
+		var r *Relay
+		b.start(t, cfg, func(started *Relay) { r = started })
+		waitFor(t, time.Minute, "the sink to be paused with every event queued", func() bool {
+			return len(r.PausedSinks()) == 1 && b.countDeliveries(t, "sink = 'flaky'") == len(seqs)
+		})
+		down.Store(false)
+		clock.advance(time.Hour + time.Second)
+		s.waitHeld(t, keys) // every key's first event delivered, its second at the gate
+		if n := len(b.rec.forSink("flaky")); n != keys {
+			t.Fatalf("%d events delivered with the gate shut, want each key's first (%d)", n, keys)
+		}
+		if paused := r.PausedSinks(); len(paused) != 0 {
+			t.Fatalf("the sink is still paused after delivering: %v", paused)
+		}
+		s.open()
+		waitFor(t, time.Minute, "every event delivered and the queue empty", func() bool {
+			return len(b.rec.forSink("flaky")) >= len(seqs) && b.countDeliveries(t, "true") == 0
+		})
+		exactlyOnce(t, b.rec.all(), "flaky", seqs)
+		checkKeyOrder(t, b.rec.all())
+	})
+}
+
+// TestPausedSinkGetsOneProbeAPause: a probe that takes long to fail (a
+// DNS lookup timing out) is the sink's only call until it answers or the
+// pause ends again, while the relay's other sink gets batch after batch:
+// a sink that is down is not sent a probe a batch.
+func TestPausedSinkGetsOneProbeAPause(t *testing.T) {
+	t.Parallel()
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
+		var down, holding atomic.Bool
+		down.Store(true)
+		flaky := newGatedSink("flaky", b.rec, func(*sinks.Event) bool { return holding.Load() })
+		flaky.fail = func(*sinks.Event) error {
+			if down.Load() {
+				return sinks.Unavailable(errors.New("lookup hook.example: i/o timeout"))
+			}
+			return nil
+		}
+		good := &testSink{name: "good", rec: b.rec}
+		clock := &testClock{}
+		cfg := b.config(t)
+		cfg.Routes = []Route{{Topics: []string{"d"}, Targets: []Target{{Sink: flaky}}}, {Topics: []string{"g"}, Targets: []Target{{Sink: good}}}}
+		cfg.Workers = 1 // one claim loop, so that one probe is all a pause allows
+		cfg.Clock = clock.now
+		cfg.SinkPause = Backoff{Initial: time.Hour, Max: time.Hour, Jitter: -1}
+		cfg.Lease, cfg.PublishTimeout = 2*time.Minute, time.Minute // held until the gate opens
+		const keys = 8
+		var evs []ev
+		for i := range 2 * keys {
+			evs = append(evs, ev{topic: "d", key: fmt.Sprintf("k%d", i%keys)})
+		}
+		seqs := b.insert(t, evs...)
+		var r *Relay
+		b.start(t, cfg, func(started *Relay) { r = started })
+		waitFor(t, time.Minute, "the sink to be paused with every event queued", func() bool {
+			return len(r.PausedSinks()) == 1 && b.countDeliveries(t, "sink = 'flaky'") == len(seqs)
+		})
+		calls := len(flaky.callKeys())
+		holding.Store(true)
+		clock.advance(time.Hour + time.Second)
+		flaky.waitHeld(t, 1) // the probe, taking its time to fail
+		var goodSeqs []int64
+		for i := range 5 {
+			goodSeqs = append(goodSeqs, b.insert(t, ev{topic: "g", key: fmt.Sprintf("g%d", i)})...)
+			waitFor(t, time.Minute, "the good sink to get the batch", func() bool { return len(b.rec.forSink("good")) == len(goodSeqs) })
+		}
+		if got := len(flaky.callKeys()) - calls; got != 1 {
+			t.Fatalf("%d calls to the paused sink during one pause, want its one probe", got)
+		}
+		// The probe fails; the sink is paused again, probed once more an
+		// hour later, and back.
+		flaky.open()
+		// Recorded: its head is no longer leased for the call (due a
+		// minute and more later) but due again.
+		leased := "sink = 'flaky' AND state = 'ready' AND next_at > " + b.db.now() + " + INTERVAL '30' SECOND"
+		waitFor(t, time.Minute, "the probe to fail and be recorded", func() bool {
+			return flaky.held.Load() == 0 && b.countDeliveries(t, leased) == 0
+		})
+		if got := len(flaky.callKeys()) - calls; got != 1 {
+			t.Fatalf("%d calls to the paused sink during one pause, want its one probe", got)
+		}
+		down.Store(false)
+		clock.advance(time.Hour + time.Second)
+		waitFor(t, time.Minute, "every event delivered and the queue empty", func() bool {
+			return len(b.rec.forSink("flaky")) >= len(seqs) && b.countDeliveries(t, "true") == 0
+		})
+		exactlyOnce(t, b.rec.all(), "flaky", seqs)
+		exactlyOnce(t, b.rec.all(), "good", goodSeqs)
+		checkKeyOrder(t, b.rec.all())
+	})
+}
+
 // countingObserver counts SinkPublish calls and the events they carried.
 type countingObserver struct {
 	NopObserver

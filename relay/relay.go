@@ -347,6 +347,7 @@ func (r *Relay) pause(s *sinkState, err error) {
 	s.failures++
 	failures := s.failures
 	s.pausedUntil = r.now().Add(r.cfg.SinkPause.Delay(failures))
+	s.down.Store(true)
 	until := s.pausedUntil
 	s.mu.Unlock()
 	if failures == 1 {
@@ -366,6 +367,7 @@ func (r *Relay) resume(s *sinkState) {
 	s.mu.Lock()
 	failures := s.failures
 	s.failures, s.pausedUntil = 0, time.Time{}
+	s.down.Store(false)
 	s.mu.Unlock()
 	if failures == 0 {
 		return
@@ -378,6 +380,23 @@ func (r *Relay) resume(s *sinkState) {
 	r.pausedMu.Unlock()
 	// Its queue drains from now, not from the workers' next poll.
 	r.signal(true)
+}
+
+// probeStarted re-arms the pause of a sink whose pause is over, as a call
+// to it starts: that call is its probe. Until the probe answers (a
+// delivery resumes the sink, a refusal pauses it again) or the pause ends
+// once more, no other call goes to the sink, however long the probe takes
+// to fail: a sink that is down gets one call per pause, not one per batch.
+func (r *Relay) probeStarted(s *sinkState) {
+	if !s.down.Load() {
+		return
+	}
+	now := r.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failures > 0 && !s.pausedUntil.After(now) {
+		s.pausedUntil = now.Add(r.cfg.SinkPause.Delay(s.failures))
+	}
 }
 
 // nextProbe is the earliest end of a sink's pause (Config.Clock), when the
