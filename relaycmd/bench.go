@@ -48,7 +48,11 @@ long "down" took to catch up.
 goes down --outage-after (default 1m) after they start, for --outage
 (default 5m); --duration defaults to both plus 2m. It reports the healthy
 sink's latency before, during and after the outage, and per minute (and per
---report-every) its p50 and p99 next to "down"'s queue depth.
+--report-every) its p50 and p99 next to "down"'s queue depth, and in how
+many reports after the outage that queue was longer than at the one
+before. With --answer-after, "down" is a webhook whose receiver in this
+process answers that late (--webhook-concurrency requests in flight): its
+catch-up is then bound by its concurrency and its keys, as an endpoint's.
 
 --mode hotkey queues --hot-events (default 10,000) events of one key behind
 a head the sink keeps failing (retryable; retries at most --backoff-max
@@ -236,8 +240,8 @@ func (o *benchOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&cfg.OutageAfter, "outage-after", relaybench.DefaultOutageAfter, "isolation: when the outage begins, after the producers' start")
 	f.DurationVar(&cfg.PauseMax, "pause-max", 0, "relay.sink_pause.max: the longest wait between probes of a sink that is down (0: 1s for outage, isolation and recovery, else the relay's default)")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "relay.backoff.max: the longest wait between retries of a failed event (0: 1s for hotkey and skew, else the relay's default)")
-	f.DurationVar(&cfg.AnswerAfter, "answer-after", 0, "slow, recovery: how late the in-process webhook receiver answers each request (0: 200ms for slow, 20ms for recovery)")
-	f.IntVar(&cfg.WebhookConcurrency, "webhook-concurrency", 0, "slow, recovery: requests in flight per webhook sink (0: the sink's default, 16)")
+	f.DurationVar(&cfg.AnswerAfter, "answer-after", 0, "slow, recovery, isolation: how late the in-process webhook receiver answers each request (0: 200ms for slow, 20ms for recovery; isolation: \"down\" is in process, answering at once)")
+	f.IntVar(&cfg.WebhookConcurrency, "webhook-concurrency", 0, "slow, recovery, isolation: requests in flight per webhook sink (0: the sink's default, 16)")
 	f.DurationVar(&cfg.ClockOffset, "clock-offset", relaybench.DefaultClockOffset, "skew: added to the relays' clock (negative: behind)")
 	f.IntVar(&cfg.FailAttempts, "fail-attempts", relaybench.DefaultFailAttempts, "skew: attempts of each event the sink fails before it acknowledges it (1 to 9)")
 	f.StringVar(&cfg.RelayBinary, "relay-binary", "", "binary: the relay binary to start (default this executable)")

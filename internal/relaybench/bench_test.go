@@ -376,32 +376,47 @@ func TestBenchOutage(t *testing.T) {
 
 // TestBenchIsolation runs live producers to two sinks, one of which is down for
 // a second, and checks that both got every event in key order and that the
-// reports say where the outage was.
+// reports say where the outage was and how far behind "down" was. With
+// AnswerAfter, "down" is a webhook whose receiver answers that late.
 func TestBenchIsolation(t *testing.T) {
 	t.Parallel()
-	res := run(t, relaybench.Config{Mode: relaybench.ModeIsolation, Rate: 400, Keys: 20, Duration: 3500 * time.Millisecond,
-		OutageAfter: time.Second, Outage: time.Second, PauseMax: 100 * time.Millisecond, ReportEvery: 500 * time.Millisecond})
-	iso := res.Isolation
-	if iso == nil || iso.OutageAfterSeconds != 1 || iso.OutageSeconds != 1 || iso.Before == nil || res.Latency == nil {
-		t.Fatalf("isolation %+v, latency %+v", iso, res.Latency)
-	}
-	if len(res.Sinks) != 2 || len(res.Intervals) < 2 {
-		t.Fatalf("sinks %+v, %d intervals", res.Sinks, len(res.Intervals))
-	}
-	for _, iv := range res.Intervals {
-		if iv.DownQueue == nil || iv.Phase == "" {
-			t.Fatalf("interval %+v", iv)
-		}
-	}
-	if res.Intervals[0].Phase != "before" || res.Intervals[len(res.Intervals)-1].Phase != "after" {
-		t.Fatalf("intervals %+v", res.Intervals)
-	}
-	var text bytes.Buffer
-	if err := res.WriteText(&text); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(text.String(), "sink up before the outage") || !strings.Contains(text.String(), "sink down: verified") {
-		t.Fatalf("text:\n%s", text.String())
+	for _, answer := range []time.Duration{0, 5 * time.Millisecond} {
+		t.Run(fmt.Sprint(answer), func(t *testing.T) {
+			t.Parallel()
+			res := run(t, relaybench.Config{Mode: relaybench.ModeIsolation, Rate: 400, Keys: 20, Duration: 3500 * time.Millisecond,
+				OutageAfter: time.Second, Outage: time.Second, PauseMax: 100 * time.Millisecond, ReportEvery: 500 * time.Millisecond,
+				AnswerAfter: answer, WebhookConcurrency: 4})
+			iso := res.Isolation
+			if iso == nil || iso.OutageAfterSeconds != 1 || iso.OutageSeconds != 1 || iso.Before == nil || res.Latency == nil ||
+				iso.DownAnswerAfterMS != float64(answer)/1e6 {
+				t.Fatalf("isolation %+v, latency %+v", iso, res.Latency)
+			}
+			// The producers commit 400 events/s: a second of outage leaves
+			// "down" some hundreds of events behind.
+			if iso.BacklogAtHeal < 100 || iso.BacklogAtHeal > int64(res.Events) {
+				t.Fatalf("%d events behind when down came back, of %d", iso.BacklogAtHeal, res.Events)
+			}
+			if len(res.Sinks) != 2 || len(res.Intervals) < 2 {
+				t.Fatalf("sinks %+v, %d intervals", res.Sinks, len(res.Intervals))
+			}
+			for _, iv := range res.Intervals {
+				if iv.DownQueue == nil || iv.DownBacklog == nil || *iv.DownBacklog < 0 || iv.Phase == "" {
+					t.Fatalf("interval %+v", iv)
+				}
+			}
+			if res.Intervals[0].Phase != "before" || res.Intervals[len(res.Intervals)-1].Phase != "after" {
+				t.Fatalf("intervals %+v", res.Intervals)
+			}
+			var text bytes.Buffer
+			if err := res.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"sink up before the outage", "sink down: verified", "events behind)", "reports after the outage"} {
+				if !strings.Contains(text.String(), want) {
+					t.Fatalf("text lacks %q:\n%s", want, text.String())
+				}
+			}
+		})
 	}
 }
 

@@ -283,11 +283,15 @@ type Config struct {
 
 	// AnswerAfter is how late the receiver of the slow sink (ModeSlow) or
 	// of the sink "hook" (ModeRecovery) answers each request. Defaults to
-	// 200ms in ModeSlow and 20ms in ModeRecovery.
+	// 200ms in ModeSlow and 20ms in ModeRecovery. In ModeIsolation, when
+	// set, the sink "down" is a webhook posting to a receiver in the
+	// bench's process that answers this late, rather than an in-process
+	// sink answering at once: its catch-up is then bound by its
+	// concurrency and its keys, as a real endpoint's is.
 	AnswerAfter time.Duration
 	// WebhookConcurrency is the requests in flight each webhook sink of
-	// ModeSlow and ModeRecovery allows (webhook.Config.Concurrency).
-	// Defaults to the sink's default, 16.
+	// ModeSlow, ModeRecovery and ModeIsolation allows
+	// (webhook.Config.Concurrency). Defaults to the sink's default, 16.
 	WebhookConcurrency int
 	// ClockOffset is added to the relays' clock (relay.Config.Clock) in
 	// ModeSkew. Defaults to 1h (set ClockOffsetSet to use 0).

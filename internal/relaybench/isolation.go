@@ -3,6 +3,7 @@ package relaybench
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,17 +32,31 @@ type IsolationResult struct {
 	// sink is back at its next probe).
 	QueueAtHeal int64 `json:"queue_at_heal"`
 	PeakQueue   int64 `json:"peak_queue"`
+	// BacklogAtHeal is the events committed that "down" had not received
+	// when it came back (see Interval.DownBacklog).
+	BacklogAtHeal int64 `json:"backlog_at_heal"`
 	// CatchUpSeconds is the time from the end of the outage until no
 	// delivery waited for "down" (polled every 250ms); 0 when that did not
 	// happen before every event was delivered to both sinks.
 	CatchUpSeconds float64 `json:"catch_up_s"`
 	// Probes is the Publish calls "down" refused while it was down.
 	Probes int64 `json:"probes"`
+	// DownAnswerAfterMS is how late the receiver of "down" answers (0:
+	// "down" is in process, answering at once).
+	DownAnswerAfterMS float64 `json:"down_answer_after_ms,omitempty"`
+	// BacklogRises counts the reports after the outage, until "down"'s
+	// queue was first seen empty (CatchUpSeconds), whose backlog
+	// (Interval.DownBacklog) was larger than at the report before: 0 is a
+	// backlog that fell at every report, as that of a sink whose capacity
+	// exceeds the producers' rate must. The reports are
+	// Config.ReportEvery's when set, else the minutes'.
+	BacklogRises int `json:"backlog_rises"`
 }
 
 // isolation runs the outage of ModeIsolation and its per-minute reports.
 type isolation struct {
 	r           *run
+	committed   func() int64
 	res         *IsolationResult
 	start       int64 // the producers' start, nanoseconds since origin
 	cancel      context.CancelFunc
@@ -53,8 +68,9 @@ type isolation struct {
 // (nanoseconds since origin) and starts the per-minute reports.
 func (r *run) startIsolation(ctx context.Context, start int64, committed func() int64) *isolation {
 	cfg := r.cfg
-	iso := &isolation{r: r, start: start, res: &IsolationResult{
-		OutageAfterSeconds: cfg.OutageAfter.Seconds(), OutageSeconds: cfg.Outage.Seconds(), PauseMaxSeconds: cfg.PauseMax.Seconds()}}
+	iso := &isolation{r: r, start: start, committed: committed, res: &IsolationResult{
+		OutageAfterSeconds: cfg.OutageAfter.Seconds(), OutageSeconds: cfg.Outage.Seconds(), PauseMaxSeconds: cfg.PauseMax.Seconds(),
+		DownAnswerAfterMS: float64(cfg.AnswerAfter) / 1e6}}
 	from := start + cfg.OutageAfter.Nanoseconds()
 	to := from + cfg.Outage.Nanoseconds()
 	r.outageFrom.Store(from)
@@ -85,13 +101,14 @@ func (iso *isolation) run(ctx context.Context, from, to int64) {
 		return
 	}
 	depth, err := r.queueDepth(ctx, SinkDown)
+	backlog := iso.committed() - int64(down.rec.Unique())
 	down.fault.down.Store(false)
 	healed := time.Since(r.origin).Nanoseconds()
 	iso.res.Probes = down.fault.refused.Load()
 	if err != nil {
 		r.log.Warn("relaybench: counting the deliveries waiting for sink down", "error", err)
 	}
-	iso.res.QueueAtHeal, iso.res.PeakQueue = depth, depth
+	iso.res.QueueAtHeal, iso.res.PeakQueue, iso.res.BacklogAtHeal = depth, depth, backlog
 	fmt.Fprintf(r.cfg.Progress, "sink down is back, %d deliveries waiting for it\n", depth)
 	for depth > 0 || err != nil {
 		if !sleep(ctx, 250*time.Millisecond) {
@@ -139,7 +156,38 @@ func (iso *isolation) finish(end int64) {
 			}
 		}
 	}
+	reports := r.res.Intervals
+	if len(reports) == 0 {
+		reports = r.res.Minutes
+	}
+	healedAt := iso.res.OutageAfterSeconds + iso.res.OutageSeconds
+	until := math.Inf(1)
+	if iso.res.CatchUpSeconds > 0 {
+		until = healedAt + iso.res.CatchUpSeconds
+	}
+	iso.res.BacklogRises = backlogRises(reports, healedAt, until, iso.res.BacklogAtHeal)
 	r.res.Isolation = iso.res
+}
+
+// backlogRises counts the reports from the first after healedAt to the
+// first at or after until (seconds from the producers' start) whose
+// backlog of "down" is larger than at the report before; the first is
+// compared with atHeal, the backlog when the outage ended.
+func backlogRises(reports []Interval, healedAt, until float64, atHeal int64) int {
+	rises, last := 0, atHeal
+	for _, iv := range reports {
+		if iv.AtSeconds <= healedAt || iv.DownBacklog == nil {
+			continue
+		}
+		if *iv.DownBacklog > last {
+			rises++
+		}
+		if iv.AtSeconds >= until {
+			break
+		}
+		last = *iv.DownBacklog
+	}
+	return rises
 }
 
 // latenciesBetween is ack minus commit of the first delivery of each event

@@ -55,8 +55,12 @@ func TestRecovery(t *testing.T) {
 	if rc.QueueDepth != 300 {
 		t.Fatalf("%d deliveries waited for hook when it came back, want the 300 committed while it was down", rc.QueueDepth)
 	}
-	if rc.FlowingSeconds <= 0 || rc.QueuedSeconds <= 0 || rc.ProbeWaitSeconds > rc.QueuedSeconds {
+	if rc.FlowingSeconds <= 0 || rc.QueuedSeconds <= 0 || rc.ProbeWaitSeconds > rc.QueuedSeconds ||
+		rc.FlowingFirstArrivalSeconds > rc.FlowingSeconds || rc.FlowingAfterFirstEventsPerSecond < rc.FlowingEventsPerSecond {
 		t.Fatalf("phases %+v", rc)
+	}
+	if want := rc.QueuedAfterProbeEventsPerSecond / rc.FlowingAfterFirstEventsPerSecond; rc.DrainRatio != want {
+		t.Fatalf("drain ratio %v, want %v", rc.DrainRatio, want)
 	}
 	if rc.PeakInFlight < 1 || rc.PeakInFlight > int64(relaybench.Config{}.WithDefaults().WebhookConcurrency) {
 		t.Fatalf("hook's receiver held %d requests at once", rc.PeakInFlight)

@@ -107,6 +107,18 @@ func (rv *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // arrival returns when the event of index idx first arrived, or 0.
 func (rv *receiver) arrival(idx int) int64 { return atomic.LoadInt64(&rv.arrivals[idx]) }
 
+// firstArrival returns when the first of the events of index lo to hi-1
+// arrived, or 0 when none did.
+func (rv *receiver) firstArrival(lo, hi int) int64 {
+	first := int64(0)
+	for i := lo; i < hi; i++ {
+		if a := rv.arrival(i); a != 0 && (first == 0 || a < first) {
+			first = a
+		}
+	}
+	return first
+}
+
 func (rv *receiver) close(ctx context.Context) error {
 	return rv.srv.Shutdown(ctx)
 }

@@ -39,6 +39,15 @@ type RecoveryResult struct {
 	QueuedAfterProbeEventsPerSecond float64 `json:"queued_after_probe_events_per_s"`
 	// Ratio is QueuedEventsPerSecond over FlowingEventsPerSecond.
 	Ratio float64 `json:"ratio"`
+	// FlowingFirstArrivalSeconds is the time from the first phase's commit
+	// until its first event reached the receiver, and
+	// FlowingAfterFirstEventsPerSecond the flowing drain's rate from then
+	// on. DrainRatio is QueuedAfterProbeEventsPerSecond over it: the two
+	// drains compared from their first arrival each, without the wait for
+	// the probe that finds hook back (at most relay.sink_pause.max).
+	FlowingFirstArrivalSeconds       float64 `json:"flowing_first_arrival_s"`
+	FlowingAfterFirstEventsPerSecond float64 `json:"flowing_after_first_events_per_s"`
+	DrainRatio                       float64 `json:"drain_ratio"`
 	// FlowingBusy and QueuedAfterProbeBusy are the share of what hook may
 	// have in flight (Concurrency requests for the phase's length) that
 	// its receiver held: 1 is a sink kept at its concurrency all along,
@@ -88,6 +97,7 @@ func (r *run) recovery(ctx context.Context) error {
 	if end == 0 {
 		return fmt.Errorf("flowing phase: %s of %d events delivered after --timeout %s", r.uniqueText(), n, cfg.Timeout)
 	}
+	flowingEnd := end
 	out.FlowingSeconds = float64(end-start) / 1e9
 	out.FlowingBusy = float64(rv.busy.Load()-busy0) / float64(int64(cfg.WebhookConcurrency)*(end-start))
 	fmt.Fprintf(cfg.Progress, "flowing: delivered in %.3fs\n", out.FlowingSeconds)
@@ -120,14 +130,9 @@ func (r *run) recovery(ctx context.Context) error {
 	stop()
 
 	out.QueuedSeconds = float64(end-healed) / 1e9
-	first := int64(0)
-	for i := n; i < 2*n; i++ {
-		if a := rv.arrival(i); a != 0 && (first == 0 || a < first) {
-			first = a
-		}
-	}
-	if first == 0 {
-		return errors.New("queued phase: no queued event reached the receiver")
+	firstFlowing, first := rv.firstArrival(0, n), rv.firstArrival(n, 2*n)
+	if firstFlowing == 0 || first == 0 {
+		return errors.New("no event of a phase reached the receiver")
 	}
 	out.ProbeWaitSeconds = float64(max(first-healed, 0)) / 1e9
 	out.FlowingEventsPerSecond = float64(n) / out.FlowingSeconds
@@ -137,6 +142,11 @@ func (r *run) recovery(ctx context.Context) error {
 		out.QueuedAfterProbeBusy = float64(rv.busy.Load()-busy1) / (float64(cfg.WebhookConcurrency) * float64(end-first))
 	}
 	out.Ratio = out.QueuedEventsPerSecond / out.FlowingEventsPerSecond
+	out.FlowingFirstArrivalSeconds = float64(max(firstFlowing-start, 0)) / 1e9
+	if d := float64(flowingEnd-firstFlowing) / 1e9; d > 0 {
+		out.FlowingAfterFirstEventsPerSecond = float64(n) / d
+		out.DrainRatio = out.QueuedAfterProbeEventsPerSecond / out.FlowingAfterFirstEventsPerSecond
+	}
 	out.PeakInFlight = rv.peak.Load()
 	fmt.Fprintf(cfg.Progress, "queued: drained in %.3fs\n", out.QueuedSeconds)
 

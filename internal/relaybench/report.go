@@ -80,6 +80,10 @@ func (r *run) startIntervals(ctx context.Context, every time.Duration, startNano
 				} else {
 					iv.DownQueue = &n
 				}
+				if committed != nil {
+					backlog := max(lastCommitted-int64(u), 0)
+					iv.DownBacklog = &backlog
+				}
 			}
 			*out = append(*out, iv)
 			fmt.Fprintln(r.cfg.Progress, label+iv.String())
@@ -168,6 +172,9 @@ func (iv Interval) String() string {
 	}
 	if iv.DownQueue != nil {
 		s += fmt.Sprintf("  down: queue %d, %.0f ev/s", *iv.DownQueue, iv.DownEventsPerSecond)
+	}
+	if iv.DownBacklog != nil {
+		s += fmt.Sprintf(", %d behind", *iv.DownBacklog)
 	}
 	if iv.Phase != "" {
 		s += "  (" + iv.Phase + ")"

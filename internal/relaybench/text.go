@@ -160,13 +160,16 @@ func writeOutage(ew *errWriter, events int, o *OutageResult) {
 func writeIsolation(ew *errWriter, iso *IsolationResult, minutes []Interval) {
 	ew.printf("sink down refused every event from %.0fs to %.0fs (sink pause at most %s), %d publish calls\n",
 		iso.OutageAfterSeconds, iso.OutageAfterSeconds+iso.OutageSeconds, seconds(iso.PauseMaxSeconds), iso.Probes)
-	ew.printf("its queue: %d deliveries when it came back, %d at most", iso.QueueAtHeal, iso.PeakQueue)
+	if iso.DownAnswerAfterMS > 0 {
+		ew.printf("sink down is a webhook whose receiver answers %s late\n", seconds(iso.DownAnswerAfterMS/1e3))
+	}
+	ew.printf("its queue: %d deliveries when it came back (%d events behind), %d at most", iso.QueueAtHeal, iso.BacklogAtHeal, iso.PeakQueue)
 	if iso.CatchUpSeconds > 0 {
 		ew.printf(", empty %.1fs later", iso.CatchUpSeconds)
 	} else {
 		ew.printf(", not seen empty before the run ended")
 	}
-	ew.printf("\n")
+	ew.printf("; its backlog larger than at the report before in %d reports after the outage\n", iso.BacklogRises)
 	for _, ph := range []struct {
 		name string
 		p    *Percentiles
@@ -208,6 +211,8 @@ func writeRecovery(ew *errWriter, rc *RecoveryResult) {
 	ew.printf("flowing: %d events in %.3fs: %.0f events/s\n", rc.EventsEach, rc.FlowingSeconds, rc.FlowingEventsPerSecond)
 	ew.printf("queued:  %d deliveries waiting when hook came back, drained in %.3fs: %.0f events/s (ratio to flowing %.2f); first arrival after %.3fs, %.0f events/s from then on\n",
 		rc.QueueDepth, rc.QueuedSeconds, rc.QueuedEventsPerSecond, rc.Ratio, rc.ProbeWaitSeconds, rc.QueuedAfterProbeEventsPerSecond)
+	ew.printf("from each phase's first arrival: flowing %.0f events/s (first arrival %.3fs after the commit), queued %.0f events/s: drain ratio %.2f\n",
+		rc.FlowingAfterFirstEventsPerSecond, rc.FlowingFirstArrivalSeconds, rc.QueuedAfterProbeEventsPerSecond, rc.DrainRatio)
 	ew.printf("at most %d requests at hook's receiver at once; it held %.0f %% of what hook may have in flight flowing, %.0f %% queued (from the first arrival)\n",
 		rc.PeakInFlight, 100*rc.FlowingBusy, 100*rc.QueuedAfterProbeBusy)
 }
