@@ -227,7 +227,11 @@ func (b *batch) planSend(t *target, rt *routeTarget) {
 	if b.r.tracer != nil {
 		span = b.r.startPublishSpan(&ev, t.name)
 	}
-	c.add(ev, len(b.targets)-1, span)
+	var chainAt int32
+	if t.item.delivery && t.item.sink == t.name {
+		chainAt = t.item.chainAt
+	}
+	c.add(ev, len(b.targets)-1, span, chainAt)
 }
 
 // kill makes t a dead letter before it is sent; one that stops its key

@@ -40,6 +40,15 @@ type sinkState struct {
 	// an event, from its call's start, in nanoseconds (0 before the first
 	// answer): see Relay.handOffAfter.
 	answerTime atomic.Int64
+	// chainTime is a moving average of how long the sink takes to deliver
+	// one event of a key's chain claimed from its queue (its answer time
+	// over its place in the chain), in nanoseconds (0 before the first):
+	// a sink that sends a key's events one after another delivers a chain
+	// of n in about n of it, so a queue claim brings no longer a chain a
+	// head than it delivers in half a publish (Relay.queueSinks). A longer
+	// one would run into the call's deadline, and the event cut short
+	// there would be sent again.
+	chainTime atomic.Int64
 
 	mu          sync.Mutex // guards failures and pausedUntil
 	failures    int
@@ -85,16 +94,16 @@ func (s *sinkState) take(size int64) bool {
 	return true
 }
 
-// noteAnswerTime adds an event answered took after its call started to
-// the sink's moving average (a sixteenth of it each).
-func (s *sinkState) noteAnswerTime(took time.Duration) {
+// movingAverage adds sample to the moving average in avg (a sixteenth of
+// it each; the first sample is the average).
+func movingAverage(avg *atomic.Int64, sample time.Duration) {
 	for {
-		old := s.answerTime.Load()
-		avg := int64(took)
+		old := avg.Load()
+		next := int64(sample)
 		if old != 0 {
-			avg = old + (int64(took)-old)/16
+			next = old + (int64(sample)-old)/16
 		}
-		if s.answerTime.CompareAndSwap(old, max(avg, 1)) {
+		if avg.CompareAndSwap(old, max(next, 1)) {
 			return
 		}
 	}
@@ -120,6 +129,10 @@ type sinkCall struct {
 	events  []sinks.Event
 	targets []int        // targets[i] is the index in its batch's targets of events[i]
 	spans   []trace.Span // spans[i] traces events[i]; nil when tracing is off
+	// chainAt[i] is events[i]'s place in the chain of its key claimed
+	// from the sink's queue (1: the head), 0 for an event not claimed
+	// from it; nil when the call has none.
+	chainAt []int32
 	// deadline is when the call ends, answered or not; started when it
 	// started.
 	deadline, started time.Time
@@ -133,8 +146,15 @@ type sinkCall struct {
 	foundDown bool
 }
 
-// add appends an event to the call, for the batch's target at index t.
-func (c *sinkCall) add(ev sinks.Event, t int, span trace.Span) {
+// add appends an event to the call, for the batch's target at index t, at
+// place chainAt of a chain claimed from the sink's queue (0: none).
+func (c *sinkCall) add(ev sinks.Event, t int, span trace.Span, chainAt int32) {
+	if chainAt > 0 && c.chainAt == nil {
+		c.chainAt = make([]int32, len(c.events), cap(c.events))
+	}
+	if c.chainAt != nil {
+		c.chainAt = append(c.chainAt, chainAt)
+	}
 	c.events = append(c.events, ev)
 	c.targets = append(c.targets, t)
 	if span != nil {
@@ -208,7 +228,11 @@ func (c *sinkCall) report(i int, err error) {
 	c.known[i], c.results[i] = true, err
 	c.unknown--
 	c.mu.Unlock()
-	c.sink.noteAnswerTime(time.Since(c.started))
+	took := time.Since(c.started)
+	movingAverage(&c.sink.answerTime, took)
+	if err == nil && c.chainAt != nil && c.chainAt[i] > 0 {
+		movingAverage(&c.sink.chainTime, took/time.Duration(c.chainAt[i]))
+	}
 	if c.sink.answered(int64(len(c.events[i].Payload))) {
 		c.w.r.sinkFreed()
 	}

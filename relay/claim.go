@@ -36,8 +36,10 @@ type item struct {
 	delivery bool
 	sink     string
 	// head: the delivery is its queue's head (the others were claimed
-	// behind it).
-	head bool
+	// behind it); chainAt is its place in the chain claimed from the
+	// queue (1: the head).
+	head    bool
+	chainAt int32
 	// attempts spent on sink so far.
 	attempts int
 	// queued lists, for an outbox row or a routing-step delivery, the sinks
@@ -66,23 +68,20 @@ type claimLimits struct {
 }
 
 // claim reads up to limit.rows due outbox rows of the lanes in mask, after
-// the position after in (available_at, seq) order (zero: from the start), and, unless queueSinks is nil, from each queue sink in queueSinks
-// (the earlier first, when bytes run short) up to its queueHeads due heads
-// of those lanes, each followed by its waiting deliveries, its queueRows
-// rows at most, shared between its heads. Outbox rows in skip are left out. Both reads go in one
-// round trip. An empty mask claims nothing.
-func (s *session) claim(ctx context.Context, mask uint64, limit claimLimits, after store.Position, queueSinks []string, queueHeads, queueRows []int32, skip []int64) (fresh, queued []item, err error) {
+// the position after in (available_at, seq) order (zero: from the start),
+// and, unless queues is nil, the due heads of those lanes and the
+// deliveries waiting behind them that queues says. Outbox rows in skip are
+// left out. Both reads go in one round trip. An empty mask claims nothing.
+func (s *session) claim(ctx context.Context, mask uint64, limit claimLimits, after store.Position, queues *queueClaim, skip []int64) (fresh, queued []item, err error) {
 	if mask == 0 {
 		return nil, nil, nil
 	}
-	bytes := limit.bytes
-	if queueSinks != nil {
-		bytes /= 2 // half for new events, half for queued deliveries
+	p := store.ClaimParams{Config: s.config, Lanes: mask, Rows: limit.rows, Bytes: limit.bytes, EventBytes: limit.eventBytes, Skip: skip, After: after}
+	if queues != nil {
+		p.Bytes /= 2 // half for new events, half for queued deliveries
+		p.QueueSinks, p.QueueHeads, p.QueueRows, p.QueueChain = queues.sinks, queues.heads, queues.rows, queues.chain
 	}
-	rows, deliveries, err := s.store.Claim(ctx, store.ClaimParams{
-		Config: s.config, Lanes: mask, Rows: limit.rows, Bytes: bytes, EventBytes: limit.eventBytes, Skip: skip, After: after,
-		QueueSinks: queueSinks, QueueHeads: queueHeads, QueueRows: queueRows,
-	})
+	rows, deliveries, err := s.store.Claim(ctx, p)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -97,11 +96,20 @@ func items(rows []store.Claimed, limit claimLimits) []item {
 		return nil
 	}
 	out := make([]item, len(rows))
+	var chainAt int32
 	for i := range rows {
 		c := &rows[i]
 		it := &out[i]
 		it.event = event{seq: c.Seq, id: c.ID, topic: c.Topic, key: c.Key, lane: c.Lane, maxAttempts: c.MaxAttempts, availableAt: c.AvailableAt}
 		it.delivery, it.sink, it.head, it.attempts, it.queued, it.elsewhere = c.Delivery, c.Sink, c.Head, c.Attempts, c.Queued, c.Elsewhere
+		if c.Delivery {
+			// A claim brings each head before the deliveries behind it.
+			if c.Head {
+				chainAt = 0
+			}
+			chainAt++
+			it.chainAt = chainAt
+		}
 		switch {
 		case c.PayloadBytes > limit.eventBytes:
 			it.decodeErr = fmt.Errorf("its payload is %d bytes, more than relay.max_event_bytes (%d): left unloaded", c.PayloadBytes, limit.eventBytes)

@@ -59,7 +59,7 @@ type Config struct {
 	Backoff Backoff
 	// SinkPause spaces probes of a sink that is down: a probe is one call
 	// with one key's queue, one per pause, and a sink that is back drains
-	// its queue from the next probe's first delivery. Defaults to 1s
+	// its queue from the next probe's first delivery. Defaults to 100ms
 	// doubling to 5s with 20% jitter.
 	SinkPause Backoff
 	// HandOffAfter is how long a batch waits for its sinks' answers, at
@@ -329,7 +329,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxAttempts = 10
 	}
 	c.Backoff = c.Backoff.withDefaults(time.Second, 10*time.Minute)
-	c.SinkPause = c.SinkPause.withDefaults(time.Second, 5*time.Second)
+	c.SinkPause = c.SinkPause.withDefaults(100*time.Millisecond, 5*time.Second)
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = c.Lease / 2
 	}

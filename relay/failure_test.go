@@ -239,7 +239,7 @@ func TestClaimLocksNothing(t *testing.T) {
 	if _, err := s.refreshLanes(ctx, time.Minute, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := s.claim(ctx, ^uint64(0), rowLimit(10), store.Position{}, []string{""}, []int32{10}, []int32{10}, nil); err != nil || len(got) != 2 {
+	if got, _, err := s.claim(ctx, ^uint64(0), rowLimit(10), store.Position{}, routingQueue(10), nil); err != nil || len(got) != 2 {
 		t.Fatalf("claimed %d rows: %v", len(got), err)
 	}
 	if n := b.count(t, "xmax <> 0"); n != 0 {

@@ -28,6 +28,8 @@ type gatedSink struct {
 	gate  chan struct{} // closed: nothing is held any more
 	limit *sinks.Limiter
 	fail  func(e *sinks.Event) error
+	// pace is how long each event takes to answer (0: at once).
+	pace time.Duration
 
 	held    atomic.Int64 // events blocked at the gate now
 	peak    atomic.Int64 // the most events ever handed to Publish and not answered at once
@@ -80,6 +82,15 @@ func (s *gatedSink) Publish(ctx context.Context, events []sinks.Event) []error {
 				s.held.Add(-1)
 			case <-ctx.Done():
 				s.held.Add(-1)
+				return ctx.Err()
+			}
+		}
+		if s.pace > 0 {
+			t := time.NewTimer(s.pace)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
 				return ctx.Err()
 			}
 		}
@@ -305,6 +316,73 @@ func TestQueueDrainsAcrossKeys(t *testing.T) {
 		// per call.
 		if most := slices.Max(sink.callKeys()[outage:]); most < keys/2 {
 			t.Fatalf("the most keys in one call after the outage: %d, want at least %d of %d", most, keys/2, keys)
+		}
+	})
+}
+
+// TestQueueChainsFitTheirCall: a sink that sends a key's events one after
+// another (each takes 20 ms here) is claimed no longer a chain of a key's
+// queue than it delivers in half a publish (a 1 s publish_timeout: 25
+// events), so its calls end before their deadline and no event is cut
+// short and sent again. Without the bound, a claim brought the key's whole
+// backlog (150 events, 3 s) and the call's deadline cut it at about the
+// 50th, which went again as a retry. The sink learns its pace from a first
+// small queue (key w); each key's first event fails once, queueing the
+// rest behind it.
+func TestQueueChainsFitTheirCall(t *testing.T) {
+	t.Parallel()
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
+		firsts := map[string]bool{}
+		var mu sync.Mutex
+		sink := newGatedSink("slow", b.rec, nil)
+		sink.pace = 20 * time.Millisecond
+		sink.fail = func(e *sinks.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if !firsts[e.Key] {
+				firsts[e.Key] = true
+				return errors.New("HTTP 503")
+			}
+			return nil
+		}
+		cfg := b.config(t, sink)
+		cfg.PublishTimeout = time.Second
+		var evs []ev
+		for range 10 {
+			evs = append(evs, ev{topic: "t", key: "w"})
+		}
+		warm := b.insert(t, evs...)
+		b.start(t, cfg)
+		waitFor(t, time.Minute, "key w's queue delivered", func() bool { return len(b.rec.forSink("slow")) == len(warm) })
+		calls := len(sink.callKeys())
+		evs = evs[:0]
+		for range 150 {
+			evs = append(evs, ev{topic: "t", key: "k"})
+		}
+		seqs := b.insert(t, evs...)
+		waitFor(t, time.Minute, "key k's queue delivered", func() bool {
+			return len(b.rec.forSink("slow")) >= len(warm)+len(seqs) && b.countDeliveries(t, "true") == 0
+		})
+		got := b.rec.all()
+		exactlyOnce(t, got, "slow", append(warm, seqs...))
+		checkKeyOrder(t, got)
+		for _, g := range got {
+			want := 1
+			if g.seq == warm[0] || g.seq == seqs[0] {
+				want = 2 // the failed first
+			}
+			if g.attempt != want {
+				t.Fatalf("event %d (key %s) delivered on attempt %d, want %d: a call's deadline cut it short", g.seq, g.key, g.attempt, want)
+			}
+		}
+		sink.callsMu.Lock()
+		defer sink.callsMu.Unlock()
+		// The first call after the insert is the new events' own, which
+		// fails at k's first event.
+		for _, evs := range sink.calls[calls+1:] {
+			if len(evs) > 25 {
+				t.Fatalf("a call carried %d events of a sink delivering one in 20 ms, with a 1 s publish timeout", len(evs))
+			}
 		}
 	})
 }

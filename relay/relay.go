@@ -181,17 +181,44 @@ func (rt *route) target(sink string) *routeTarget {
 	return nil
 }
 
-// queueSinks lists the queues to claim from at now, with the most heads
-// and rows to claim from each: the routing step's ("") and every sink's
-// that is neither paused nor busy, share heads and rows each, no more than
-// the sink has room for (one head for a probe).
-func (r *Relay) queueSinks(now time.Time, share int32) (names []string, heads, rows []int32) {
-	names = append(make([]string, 0, len(r.sinkNames)+1), "")
-	heads = append(make([]int32, 0, len(r.sinkNames)+1), share)
-	rows = append(make([]int32, 0, len(r.sinkNames)+1), share)
+// queueClaim is what a claim takes from the queues: from each of sinks
+// (the earlier first when the claim's bytes run short), at most heads due
+// heads and rows deliveries, shared between the heads, and at most chain
+// rows a head.
+type queueClaim struct {
+	sinks              []string
+	heads, rows, chain []int32
+}
+
+func (q *queueClaim) add(sink string, heads, rows, chain int32) {
+	q.sinks = append(q.sinks, sink)
+	q.heads, q.rows, q.chain = append(q.heads, heads), append(q.rows, rows), append(q.chain, chain)
+}
+
+// rotate makes the sink at turn (modulo their number) come first.
+func (q *queueClaim) rotate(turn int) {
+	turn %= len(q.sinks)
+	q.sinks = slices.Concat(q.sinks[turn:], q.sinks[:turn])
+	q.heads = slices.Concat(q.heads[turn:], q.heads[:turn])
+	q.rows = slices.Concat(q.rows[turn:], q.rows[:turn])
+	q.chain = slices.Concat(q.chain[turn:], q.chain[:turn])
+}
+
+// queueSinks lists the queues to claim from at now: the routing step's
+// ("") and every sink's that is neither paused nor busy, share heads and
+// rows each, no more than the sink has room for (one head for a probe),
+// and no longer a chain a head than the sink answers in half a publish
+// (see sinkState.chainTime).
+func (r *Relay) queueSinks(now time.Time, share int32) *queueClaim {
+	q := &queueClaim{}
+	q.add("", share, share, share)
 	for _, name := range r.sinkNames {
 		st := r.sinkStates[name]
 		room := int32(min(st.room(), int(share)))
+		chain := room
+		if t := st.chainTime.Load(); t > 0 {
+			chain = int32(max(min(int64(r.cfg.PublishTimeout/2)/t, int64(room)), 1))
+		}
 		switch {
 		case st.pausedTill().After(now):
 		case room <= 0:
@@ -201,12 +228,12 @@ func (r *Relay) queueSinks(now time.Time, share int32) (names []string, heads, r
 			// heads of the others were not read for nothing. (One
 			// delivery would do, but a queue cut short must then have
 			// its next delivery made head, a write more.)
-			names, heads, rows = append(names, name), append(heads, 1), append(rows, room)
+			q.add(name, 1, room, chain)
 		default:
-			names, heads, rows = append(names, name), append(heads, room), append(rows, room)
+			q.add(name, room, room, chain)
 		}
 	}
-	return names, heads, rows
+	return q
 }
 
 // handOffAfter is how long a batch waits for its sinks' answers: at least

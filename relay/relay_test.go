@@ -406,7 +406,7 @@ func TestCrashedRelaysEventsAreTakenOverAfterLease(t *testing.T) {
 		if _, err := dead.refreshLanes(ctx, time.Hour, nil, 0); err != nil {
 			t.Fatal(err)
 		}
-		rows, _, err := dead.claim(ctx, ^uint64(0), rowLimit(10), store.Position{}, []string{""}, []int32{10}, []int32{10}, nil)
+		rows, _, err := dead.claim(ctx, ^uint64(0), rowLimit(10), store.Position{}, routingQueue(10), nil)
 		if err != nil || len(rows) != 3 {
 			t.Fatalf("crashed relay claimed %d rows: %v", len(rows), err)
 		}
@@ -675,7 +675,7 @@ func TestTakeoverWaitsForTheOldOwnersBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.insert(t, ev{topic: "t", key: "k"})
-		rows, _, err := old.claim(ctx, ^uint64(0), rowLimit(10), store.Position{}, []string{""}, []int32{10}, []int32{10}, nil)
+		rows, _, err := old.claim(ctx, ^uint64(0), rowLimit(10), store.Position{}, routingQueue(10), nil)
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("old relay claimed %d rows: %v", len(rows), err)
 		}

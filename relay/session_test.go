@@ -59,3 +59,11 @@ func rowLimit(n int) claimLimits {
 	cfg := Config{}.WithDefaults()
 	return claimLimits{rows: n, bytes: cfg.MaxBatchBytes, eventBytes: cfg.MaxEventBytes}
 }
+
+// routingQueue is a queue claim of the routing step's queue alone, n heads
+// and rows.
+func routingQueue(n int32) *queueClaim {
+	q := &queueClaim{}
+	q.add("", n, n, n)
+	return q
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -332,8 +331,7 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 	start := time.Now()
 	fence := w.leases // the leases the claim is made under: the record is fenced by them
 	mask := w.claimableLanes(w.r.now())
-	var queueSinks []string
-	var queueHeads, queueRows []int32
+	var queues *queueClaim
 	if w.queuesDirty.Swap(false) || !start.Before(w.nextQueueClaim) {
 		// While new events flow, a queue claim takes a quarter of a
 		// batch per sink: catching up after an outage then costs each
@@ -342,13 +340,11 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 		if w.freshFlowing {
 			share = max(1, share/4)
 		}
-		queueSinks, queueHeads, queueRows = w.r.queueSinks(w.r.now(), int32(share))
+		queues = w.r.queueSinks(w.r.now(), int32(share))
 		// The sinks take turns at coming first: when the claim's bytes
 		// run short, the first ones get them.
-		w.queueTurn = (w.queueTurn + 1) % len(queueSinks)
-		queueSinks = slices.Concat(queueSinks[w.queueTurn:], queueSinks[:w.queueTurn])
-		queueHeads = slices.Concat(queueHeads[w.queueTurn:], queueHeads[:w.queueTurn])
-		queueRows = slices.Concat(queueRows[w.queueTurn:], queueRows[:w.queueTurn])
+		w.queueTurn = (w.queueTurn + 1) % len(queues.sinks)
+		queues.rotate(w.queueTurn)
 		w.nextQueueClaim = start.Add(cfg.PollInterval)
 	}
 	limits := claimLimits{rows: cfg.BatchSize, bytes: cfg.MaxBatchBytes, eventBytes: cfg.MaxEventBytes}
@@ -357,9 +353,9 @@ func (w *worker) cycle(ctx context.Context) (int, error) {
 		after = store.Position{}
 		w.nextWalk = start.Add(cfg.PollInterval)
 	}
-	fresh, queued, err := w.store.claim(ctx, mask, limits, after, queueSinks, queueHeads, queueRows, w.skipped(start))
+	fresh, queued, err := w.store.claim(ctx, mask, limits, after, queues, w.skipped(start))
 	if err != nil {
-		if queueSinks != nil {
+		if queues != nil {
 			w.queuesDirty.Store(true)
 		}
 		return 0, err

@@ -523,7 +523,7 @@ func (r *run) startRelays(ctx context.Context) (*relays, error) {
 			Observer:        r.obs,
 		}
 		if m := r.cfg.PauseMax; m > 0 {
-			rcfg.SinkPause = relay.Backoff{Initial: min(time.Second, m), Max: m}
+			rcfg.SinkPause = relay.Backoff{Initial: min(relay.Config{}.WithDefaults().SinkPause.Initial, m), Max: m}
 		}
 		if m := r.cfg.BackoffMax; m > 0 {
 			rcfg.Backoff = relay.Backoff{Initial: min(time.Second, m), Max: m}

@@ -258,9 +258,9 @@ type Config struct {
 	// the producers' start. Defaults to 1m.
 	OutageAfter time.Duration
 	// PauseMax caps relay.Config.SinkPause, the spacing of the probes of a
-	// sink that is down (its first pause is the smaller of 1s and PauseMax).
-	// Defaults to 1s in ModeOutage and ModeIsolation, and to the relay's
-	// default otherwise.
+	// sink that is down (its first pause is the smaller of the relay's
+	// default and PauseMax). Defaults to 1s in ModeOutage, ModeIsolation
+	// and ModeRecovery, and to the relay's default otherwise.
 	PauseMax time.Duration
 	// BackoffMax caps relay.Config.Backoff, the spacing of retries of a
 	// failed event (its first retry waits the smaller of 1s and BackoffMax).

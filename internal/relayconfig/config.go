@@ -107,8 +107,8 @@ type Relay struct {
 	// Backoff spaces retries of a failed event. Defaults to 1s doubling to
 	// 10m with 20% jitter.
 	Backoff Backoff `yaml:"backoff"`
-	// SinkPause spaces probes of a sink that is down. Defaults to 1s
-	// doubling to 1m with 20% jitter.
+	// SinkPause spaces probes of a sink that is down. Defaults to 100ms
+	// doubling to 5s with 20% jitter.
 	SinkPause Backoff `yaml:"sink_pause"`
 	// PublishTimeout bounds one publish call. Defaults to lease/2.
 	PublishTimeout time.Duration `yaml:"publish_timeout"`

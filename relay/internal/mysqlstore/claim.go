@@ -89,7 +89,8 @@ func (s *Store) claimQueues(ctx context.Context, p store.ClaimParams) ([]store.C
 	if len(heads) == 0 {
 		return nil, nil
 	}
-	// A sink's rows are shared evenly between its heads found.
+	// A sink's rows are shared evenly between its heads found, at most its
+	// chain each.
 	found := map[int]int{}
 	for _, h := range heads {
 		found[h.sinkAt]++
@@ -98,7 +99,7 @@ func (s *Store) claimQueues(ctx context.Context, p store.ClaimParams) ([]store.C
 	args = []any{p.EventBytes, p.EventBytes, p.EventBytes}
 	for i, h := range heads {
 		rows := int(p.QueueRows[h.sinkAt])
-		share := (rows + found[h.sinkAt] - 1) / found[h.sinkAt]
+		share := min((rows+found[h.sinkAt]-1)/found[h.sinkAt], int(p.QueueChain[h.sinkAt]))
 		parts = append(parts, s.sql.claimFollow)
 		args = append(args, h.sinkAt, i, rows, h.sink, h.seq, h.sinkAt, i, rows, h.key, h.sink, h.seq, max(share-1, 0))
 	}

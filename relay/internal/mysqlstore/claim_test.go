@@ -152,7 +152,7 @@ func TestClaimQueues(t *testing.T) {
 
 	// Heads per sink and rows per sink bound the queue claim.
 	_, queued, err = r.Claim(ctx, store.ClaimParams{Lanes: ^uint64(0), Rows: 10, Bytes: 1 << 20, EventBytes: 1 << 20,
-		QueueSinks: []string{"s"}, QueueHeads: []int32{1}, QueueRows: []int32{2}})
+		QueueSinks: []string{"s"}, QueueHeads: []int32{1}, QueueRows: []int32{2}, QueueChain: []int32{2}})
 	if err != nil {
 		t.Fatal(err)
 	}

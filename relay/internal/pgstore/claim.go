@@ -30,7 +30,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (fresh, queued [
 	}
 	b.Queue(s.sql.claimSQL, int64(p.Lanes), p.Rows, lowest, highest, skip, p.EventBytes, p.Bytes, p.Config, after, p.After.Seq)
 	if p.QueueSinks != nil {
-		b.Queue(s.sql.claimQueueSQL, p.QueueSinks, int64(p.Lanes), lowest, highest, p.QueueHeads, p.EventBytes, p.Bytes, p.Config, p.QueueRows)
+		b.Queue(s.sql.claimQueueSQL, p.QueueSinks, int64(p.Lanes), lowest, highest, p.QueueHeads, p.EventBytes, p.Bytes, p.Config, p.QueueRows, p.QueueChain)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()

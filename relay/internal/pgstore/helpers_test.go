@@ -110,7 +110,7 @@ func (r *relayOn) claim(ctx context.Context, rows int, sinks ...string) (fresh, 
 		heads[i] = int32(rows)
 	}
 	return r.Claim(ctx, store.ClaimParams{Lanes: ^uint64(0), Rows: rows, Bytes: 32 << 20, EventBytes: 16 << 20,
-		QueueSinks: sinks, QueueHeads: heads, QueueRows: heads})
+		QueueSinks: sinks, QueueHeads: heads, QueueRows: heads, QueueChain: heads})
 }
 
 // record records o, fenced by the leases takeLanes found unless o has a

@@ -48,7 +48,7 @@ FROM (SELECT nextval(pg_get_serial_sequence('%s', 'seq')) AS seq, i %% 64 AS lan
 		}{
 			{"claim of every lane", s.sql.claimSQL, []any{int64(-1), 1000, 0, 63, []int64{}, int64(16 << 20), int64(64 << 20), "", noPosition, int64(0)}},
 			{"claim of half the lanes", s.sql.claimSQL, []any{int64(1<<32 - 1), 1000, 0, 31, []int64{}, int64(16 << 20), int64(64 << 20), "", noPosition, int64(0)}},
-			{"queue claim", s.sql.claimQueueSQL, []any{[]string{"s", ""}, int64(-1), 0, 63, []int32{1000, 1000}, int64(16 << 20), int64(64 << 20), "", []int32{1000, 1000}}},
+			{"queue claim", s.sql.claimQueueSQL, []any{[]string{"s", ""}, int64(-1), 0, 63, []int32{1000, 1000}, int64(16 << 20), int64(64 << 20), "", []int32{1000, 1000}, []int32{1000, 1000}}},
 			{"happy record", s.sql.removals[0][0].happy, []any{"r", []int64{1, 2, 3, 1000, 20000}, epochs(&allLanes)}},
 		} {
 			plan := explain(t, b, s, st.sql, st.args, tune)

@@ -342,7 +342,8 @@ ORDER BY c.seq`
 	// first, each followed by the deliveries waiting behind it in seq
 	// order: at most as many heads as $5 gives the sink and as many
 	// rows as $9 does, shared evenly between the heads found (each gets
-	// ceil(rows / heads) rows, itself included), and payloads up to the
+	// ceil(rows / heads) rows, itself included, and at most the chain
+	// $10 gives the sink), and payloads up to the
 	// bytes in $7 over all sinks, in $1's order (the claim of the
 	// outbox explains $6 and $8). Only heads have a time; a follower is
 	// claimed with its head, so a queue drains a batch at a time rather
@@ -363,7 +364,7 @@ FROM (
     SELECT q.*, sum(` + loadedSize("q") + `) OVER (ORDER BY q.sink_at, q.head_at, q.at) AS upto
     FROM (
         SELECT p.*, s.i AS sink_at
-        FROM unnest($1::text[], $5::int[], $9::int[]) WITH ORDINALITY AS s(sink, heads, rows, i)
+        FROM unnest($1::text[], $5::int[], $9::int[], $10::int[]) WITH ORDINALITY AS s(sink, heads, rows, chain, i)
         CROSS JOIN LATERAL (
             SELECT f.*, h.head_at FROM (
                 SELECT h.key, h.seq, row_number() OVER (ORDER BY h.next_at) AS head_at, count(*) OVER () AS n FROM (
@@ -382,7 +383,7 @@ FROM (
                 (SELECT d.*, d.seq AS at FROM ` + n.dl + ` d
                  WHERE h.key IS NOT NULL AND d.key = h.key AND d.sink = s.sink AND ` + member + `
                    AND d.state = 'waiting' AND d.seq > h.seq
-                 ORDER BY d.seq LIMIT (s.rows + h.n - 1) / h.n - 1)
+                 ORDER BY d.seq LIMIT least((s.rows + h.n - 1) / h.n, s.chain) - 1)
             ) f
             LIMIT s.rows
         ) p

@@ -221,7 +221,9 @@ type Recorded struct {
 // rows at most for the sink, shared evenly between its heads (each head
 // gets ceil(QueueRows[i] / heads found) rows at most, itself included), so
 // that a queue drains over as many keys at once as it has, not one key's
-// backlog at a time. Both reads go in one round trip.
+// backlog at a time, and at most QueueChain[i] rows a head (at least 1), so
+// that a sink sending a key's events one after another answers them
+// within its call. Both reads go in one round trip.
 type ClaimParams struct {
 	// Config is the claiming relay's configuration: it claims nothing
 	// unless that is the newest live one.
@@ -249,6 +251,7 @@ type ClaimParams struct {
 	QueueSinks []string
 	QueueHeads []int32
 	QueueRows  []int32
+	QueueChain []int32
 }
 
 // Position is a place in the claim's order of outbox rows.

@@ -244,7 +244,7 @@ func boolInt(b bool) int {
 // queue. Deliveries are counted in delivered once recorded.
 func (r *relay) work(fate int, delivered map[int64]int, mu *sync.Mutex) {
 	_, queued, err := r.st.Claim(r.s.ctx, store.ClaimParams{Lanes: r.leases.Mask, Rows: 1, Bytes: 32 << 20, EventBytes: 16 << 20,
-		QueueSinks: []string{"s"}, QueueHeads: []int32{4}, QueueRows: []int32{12}})
+		QueueSinks: []string{"s"}, QueueHeads: []int32{4}, QueueRows: []int32{12}, QueueChain: []int32{12}})
 	if err != nil {
 		r.s.t.Errorf("claiming: %v", err)
 		return

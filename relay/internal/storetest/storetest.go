@@ -61,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 		{"KeepDoneAndPurge", keepDoneAndPurge},
 		{"QueueHeadsAndPromotion", queueHeadsAndPromotion},
 		{"QueueClaimSharesRowsBetweenHeads", queueClaimSharesRowsBetweenHeads},
+		{"QueueClaimBoundsChains", queueClaimBoundsChains},
 		{"DelaysRunOnTheDatabaseClock", delaysRunOnTheDatabaseClock},
 		{"HeadInsertedWhereOneIsWaits", headInsertedWhereOneIsWaits},
 		{"ClaimFromAPosition", claimFromAPosition},
@@ -126,11 +127,18 @@ func (r *relay) takeLanes(lease time.Duration) (takenOver uint64) {
 // each queue sink, rows deliveries over at most heads heads.
 func (r *relay) claim(rows, heads int, queueSinks ...string) (fresh, queued []store.Claimed) {
 	r.s.t.Helper()
+	return r.claimChains(rows, heads, rows, queueSinks...)
+}
+
+// claimChains is claim with at most chain rows a head.
+func (r *relay) claimChains(rows, heads, chain int, queueSinks ...string) (fresh, queued []store.Claimed) {
+	r.s.t.Helper()
 	p := store.ClaimParams{Lanes: r.leases.Mask, Rows: rows, Bytes: 32 << 20, EventBytes: 16 << 20}
 	for _, sink := range queueSinks {
 		p.QueueSinks = append(p.QueueSinks, sink)
 		p.QueueHeads = append(p.QueueHeads, int32(heads))
 		p.QueueRows = append(p.QueueRows, int32(rows))
+		p.QueueChain = append(p.QueueChain, int32(chain))
 	}
 	fresh, queued, err := r.st.Claim(r.s.ctx, p)
 	if err != nil {
@@ -389,6 +397,47 @@ func queueClaimSharesRowsBetweenHeads(t *testing.T, s *suite) {
 			t.Fatalf("key %s: %d rows, want 2 (%v)", k, n, perKey)
 		}
 	}
+}
+
+// queueClaimBoundsChains: a head brings at most the chain the claim gives
+// its sink, itself included, however many rows the sink's share would
+// give it; the deliveries behind it wait, and the next claim goes on
+// from where the chain stopped once its part is delivered.
+func queueClaimBoundsChains(t *testing.T, s *suite) {
+	var evs []Event
+	for i := range 12 {
+		evs = append(evs, Event{"t", fmt.Sprintf("k%d", i%2)})
+	}
+	seqs := s.db.Insert(t, evs...)
+	r := s.relay("r1")
+	r.takeLanes(time.Hour)
+	r.claim(100, 0)
+	o := &store.Outcome{OutboxSeqs: seqs}
+	for i, seq := range seqs {
+		o.OutboxKeys = append(o.OutboxKeys, evs[i].Key)
+		state := store.Waiting
+		if i < 2 {
+			state = store.Ready
+		}
+		o.FromOutbox.Add(seq, "s", state, false, 0, 0, sql.NullString{})
+	}
+	r.mustRecord(o)
+	_, queued := r.claimChains(100, 10, 3, "s")
+	var k0 []int64
+	for _, c := range queued {
+		if c.Key == "k0" {
+			k0 = append(k0, c.Seq)
+		}
+	}
+	if len(queued) != 6 || !slices.Equal(k0, []int64{seqs[0], seqs[2], seqs[4]}) {
+		t.Fatalf("a claim of chains of 3 over 2 heads: %v (k0: %v), want 3 of each key, k0's first three", seqsOf(queued), k0)
+	}
+	done := &store.Outcome{PromoteKeys: []string{"k0"}, PromoteSinks: []string{"s"}}
+	for _, seq := range k0 {
+		done.Delete("s", seq)
+	}
+	r.mustRecord(done)
+	s.want(1, "deliveries", fmt.Sprintf("seq = %d AND state = 'ready'", seqs[6]), "k0's next delivery, made head")
 }
 
 // delaysRunOnTheDatabaseClock: a delivery's next attempt is the
