@@ -54,8 +54,10 @@ type sinkState struct {
 	failures    int
 	pausedUntil time.Time
 	// down is set while failures > 0: the sink was found down and has
-	// not delivered since. A result reads it without the lock.
-	down atomic.Bool
+	// not delivered since. A result reads it without the lock. pauses
+	// counts the times it was paused.
+	down   atomic.Bool
+	pauses atomic.Int64
 }
 
 // pausedTill returns until when the sink is paused (zero when it is not).
@@ -134,8 +136,9 @@ type sinkCall struct {
 	// from it; nil when the call has none.
 	chainAt []int32
 	// deadline is when the call ends, answered or not; started when it
-	// started.
+	// started, and pauses the sink's pauses then.
 	deadline, started time.Time
+	pauses            int64
 
 	mu      sync.Mutex
 	results []error
@@ -168,7 +171,7 @@ func (c *sinkCall) start(ctx context.Context, deadline time.Time) {
 	c.results = make([]error, len(c.events))
 	c.known = make([]bool, len(c.events))
 	c.unknown = len(c.events)
-	c.deadline, c.started = deadline, time.Now()
+	c.deadline, c.started, c.pauses = deadline, time.Now(), c.sink.pauses.Load()
 	c.w.calls.Add(1)
 	go func() {
 		defer c.w.calls.Done()
@@ -269,11 +272,13 @@ func (c *sinkCall) endSpans(results []error) {
 // by the new state: the call's first result saying the sink is down pauses
 // it, and a delivery resumes a paused sink, from that delivery on rather
 // than from the end of its call (a probe may be a long chain of one key's
-// events), unless the call found the sink down.
+// events), unless the call found the sink down or started before its
+// latest pause (an event sent before the sink went down says nothing of
+// whether it is back).
 func (c *sinkCall) judgeSink(err error) {
 	switch {
 	case err == nil:
-		if !c.foundDown && c.sink.down.Load() {
+		if !c.foundDown && c.sink.down.Load() && c.sink.pauses.Load() == c.pauses {
 			c.w.r.resume(c.sink)
 		}
 	case !c.foundDown && sinks.IsUnavailable(err):

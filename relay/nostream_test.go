@@ -17,17 +17,21 @@ import (
 )
 
 // outcomeCounter counts the pauses of a sink, its Publish calls and the
-// failures that spent an attempt (retry, dead).
+// failures that spent an attempt (retry, dead), and the sinks resumed
+// after a pause.
 type outcomeCounter struct {
 	NopObserver
-	pauses, publishes, retries, dead atomic.Int64
+	pauses, resumes, publishes, retries, dead atomic.Int64
 }
 
 func (o *outcomeCounter) SinkPublish(string, int, time.Duration) { o.publishes.Add(1) }
 
 func (o *outcomeCounter) SinkPaused(_ string, paused bool) {
-	if paused {
+	switch {
+	case paused:
 		o.pauses.Add(1)
+	case o.pauses.Load() > 0: // not the gauge's first value
+		o.resumes.Add(1)
 	}
 }
 

@@ -149,6 +149,55 @@ func TestProbeResumesTheSinkAtItsFirstDelivery(t *testing.T) {
 	})
 }
 
+// TestDeliveryFromBeforeThePauseDoesNotResume: an event sent before the
+// sink was found down, and answered after, says nothing of whether it is
+// back: the sink stays paused until its probe. Before, such late answers
+// resumed a sink that was down, which the next batch found down again,
+// over and over, each time restarting its pause at the shortest.
+func TestDeliveryFromBeforeThePauseDoesNotResume(t *testing.T) {
+	t.Parallel()
+	eachStoreAndCapture(t, func(t *testing.T, b *testBundle) {
+		var down atomic.Bool
+		s := newGatedSink("flaky", b.rec, func(e *sinks.Event) bool { return e.Key == "early" })
+		s.fail = func(e *sinks.Event) error {
+			if down.Load() && e.Key != "early" { // the early one got through before
+				return sinks.Unavailable(errors.New("dial tcp: connection refused"))
+			}
+			return nil
+		}
+		clock, obs := &testClock{}, &outcomeCounter{}
+		cfg := b.config(t, s)
+		cfg.Clock, cfg.Observer = clock.now, obs
+		cfg.HandOffAfter = 20 * time.Millisecond
+		cfg.SinkPause = Backoff{Initial: time.Hour, Max: time.Hour, Jitter: -1}
+		cfg.Lease, cfg.PublishTimeout = 2*time.Minute, time.Minute // held until the gate opens
+		var r *Relay
+		b.start(t, cfg, func(started *Relay) { r = started })
+		early := b.insert(t, ev{topic: "t", key: "early"})
+		s.waitHeld(t, 1) // sent while the sink is up, not answered yet
+		down.Store(true)
+		late := b.insert(t, ev{topic: "t", key: "late"})
+		waitFor(t, time.Minute, "the sink to be paused with the later event queued", func() bool {
+			return len(r.PausedSinks()) == 1 && b.countDeliveries(t, fmt.Sprintf("seq = %d", late[0])) == 1
+		})
+		s.open() // the early event is answered now: delivered
+		waitFor(t, time.Minute, "the early event's result recorded", func() bool {
+			return len(b.rec.forSink("flaky")) == 1 && b.countDeliveries(t, fmt.Sprintf("seq = %d", early[0])) == 0
+		})
+		// A sink is resumed as the result that shows it back is reported,
+		// before the result is recorded.
+		if n := obs.resumes.Load(); n != 0 || len(r.PausedSinks()) != 1 {
+			t.Fatalf("a delivery sent before the sink went down resumed it (%d resumes)", n)
+		}
+		down.Store(false)
+		clock.advance(time.Hour + time.Second)
+		waitFor(t, time.Minute, "the probe to deliver the later event", func() bool {
+			return len(b.rec.forSink("flaky")) == 2 && b.countDeliveries(t, "true") == 0 && len(r.PausedSinks()) == 0
+		})
+		exactlyOnce(t, b.rec.all(), "flaky", append(early, late...))
+	})
+}
+
 // TestPausedSinkGetsOneProbeAPause: a probe that takes long to fail (a
 // DNS lookup timing out) is the sink's only call until it answers or the
 // pause ends again, while the relay's other sink gets batch after batch:

@@ -375,6 +375,7 @@ func (r *Relay) pause(s *sinkState, err error) {
 	failures := s.failures
 	s.pausedUntil = r.now().Add(r.cfg.SinkPause.Delay(failures))
 	s.down.Store(true)
+	s.pauses.Add(1)
 	until := s.pausedUntil
 	s.mu.Unlock()
 	if failures == 1 {
