@@ -126,6 +126,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--mode", "skew", "--fail-attempts", "10", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--fail-attempts: must be between 1 and 9"},
 		{[]string{"bench", "--mode", "skew", "--clock-offset", "25h", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--clock-offset: must be within ±24h"},
 		{[]string{"bench", "--mode", "slow", "--answer-after", "-1s", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--answer-after: must not be negative"},
+		{[]string{"bench", "--mode", "isolation", "--keys", "3", "--producers", "4", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--keys: at least --producers (4) when producers commit"},
 		{[]string{"bench", "--mode", "recovery", "--webhook-concurrency", "-1", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--webhook-concurrency: must be between 1 and 1000"},
 		{[]string{"bench", "--mode", "slow", "--sink", "nats", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--sink: --mode slow chooses its own sinks"},
 		{[]string{"bench", "--mode", "binary", "--relays", "2", "--database-url", "postgres://u@127.0.0.1:1/db"}, "--relays: --mode binary starts one relay process"},

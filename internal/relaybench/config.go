@@ -648,6 +648,11 @@ func (c Config) Validate() error {
 		if c.Rate < 0 && c.Producers*int(c.Duration.Seconds()+1) > maxLiveEvents {
 			return errors.New("--duration: too long for an unlimited --rate")
 		}
+		if c.Keys > 0 && c.Keys < c.Producers {
+			// Each key's commits come from one producer, one after
+			// another, so that its seq order is its commit order.
+			return fmt.Errorf("--keys: at least --producers (%d) when producers commit, each writing keys of its own; got %d", c.Producers, c.Keys)
+		}
 	}
 	return nil
 }

@@ -196,8 +196,9 @@ func (p *producers) run(ctx context.Context, d time.Duration) (int64, time.Durat
 }
 
 // produce is producer i: its e-th event has index e*P+i and a key of its
-// own (keys ≡ i mod P), so that each key's commits are sequential. Each
-// transaction commits cfg.TxEvents consecutive events of the producer.
+// own (the keys below cfg.Keys ≡ i mod P, in turn), so that each key's
+// commits are sequential. Each transaction commits cfg.TxEvents
+// consecutive events of the producer.
 func (p *producers) produce(ctx, stopCtx context.Context, i int, start time.Time) int64 {
 	cfg := p.r.cfg
 	P, k := int64(cfg.Producers), int64(cfg.TxEvents)
@@ -205,7 +206,7 @@ func (p *producers) produce(ctx, stopCtx context.Context, i int, start time.Time
 	if cfg.Rate > 0 {
 		interval = time.Duration(float64(time.Second) * float64(P*k) / float64(cfg.Rate))
 	}
-	keysEach := max(int64(cfg.Keys)/P, 1)
+	keysEach := max((int64(cfg.Keys)-int64(i)+P-1)/P, 1) // the keys ≡ i mod P below cfg.Keys
 	pl := []byte(payload(cfg.PayloadBytes))
 	events := make([]outbox.Event, 0, k)
 	indexes := make([]int64, 0, k)
