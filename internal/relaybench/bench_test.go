@@ -148,7 +148,7 @@ func TestDrainAfterHistory(t *testing.T) {
 
 func TestLiveTransactionsOfSeveralEvents(t *testing.T) {
 	t.Parallel()
-	res := run(t, relaybench.Config{Mode: relaybench.ModeLive, Rate: 1000, TxEvents: 5, Duration: time.Second, Keys: 3})
+	res := run(t, relaybench.Config{Mode: relaybench.ModeLive, Rate: 1000, TxEvents: 5, Duration: time.Second, Keys: 4})
 	// At most 200 transactions of 5 events (fewer on a loaded machine).
 	if res.Events < 5 || res.Events > 1100 || res.Events%5 != 0 {
 		t.Fatalf("%d events committed in 1s at 1000/s in transactions of 5", res.Events)
