@@ -325,7 +325,7 @@ func TestQueueDrainsAcrossKeys(t *testing.T) {
 // queue than it delivers in half a publish (a 1 s publish_timeout: 25
 // events), so its calls end before their deadline and no event is cut
 // short and sent again. Without the bound, a claim brought the key's whole
-// backlog (150 events, 3 s) and the call's deadline cut it at about the
+// backlog (100 events, 2 s) and the call's deadline cut it at about the
 // 50th, which went again as a retry. The sink learns its pace from a first
 // small queue (key w); each key's first event fails once, queueing the
 // rest behind it.
@@ -356,7 +356,7 @@ func TestQueueChainsFitTheirCall(t *testing.T) {
 		waitFor(t, time.Minute, "key w's queue delivered", func() bool { return len(b.rec.forSink("slow")) == len(warm) })
 		calls := len(sink.callKeys())
 		evs = evs[:0]
-		for range 150 {
+		for range 100 {
 			evs = append(evs, ev{topic: "t", key: "k"})
 		}
 		seqs := b.insert(t, evs...)
