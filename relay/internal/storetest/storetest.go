@@ -362,13 +362,14 @@ func queueHeadsAndPromotion(t *testing.T, s *suite) {
 	}
 }
 
-// queueClaimSharesRowsBetweenHeads: a queue claim of n rows over h heads
-// gives each head ceil(n / h) rows, itself included, so that a backlog
-// drains over every key at once.
-func queueClaimSharesRowsBetweenHeads(t *testing.T, s *suite) {
+// queueKeys inserts perKey events of each of keys keys (k0, k1…, in
+// turn), claims them with a relay r1 holding every lane and records them
+// queued on sink s, each key's first the head, the others waiting behind
+// it; it returns the relay and the seqs in insert order.
+func queueKeys(t *testing.T, s *suite, keys, perKey int) (*relay, []int64) {
 	var evs []Event
-	for i := range 20 {
-		evs = append(evs, Event{"t", fmt.Sprintf("k%d", i%4)})
+	for i := range keys * perKey {
+		evs = append(evs, Event{"t", fmt.Sprintf("k%d", i%keys)})
 	}
 	seqs := s.db.Insert(t, evs...)
 	r := s.relay("r1")
@@ -378,12 +379,20 @@ func queueClaimSharesRowsBetweenHeads(t *testing.T, s *suite) {
 	for i, seq := range seqs {
 		o.OutboxKeys = append(o.OutboxKeys, evs[i].Key)
 		state := store.Waiting
-		if i < 4 {
+		if i < keys {
 			state = store.Ready
 		}
 		o.FromOutbox.Add(seq, "s", state, false, 0, 0, sql.NullString{})
 	}
 	r.mustRecord(o)
+	return r, seqs
+}
+
+// queueClaimSharesRowsBetweenHeads: a queue claim of n rows over h heads
+// gives each head ceil(n / h) rows, itself included, so that a backlog
+// drains over every key at once.
+func queueClaimSharesRowsBetweenHeads(t *testing.T, s *suite) {
+	r, _ := queueKeys(t, s, 4, 5)
 	_, queued := r.claim(8, 10, "s")
 	perKey := map[string]int{}
 	for _, c := range queued {
@@ -404,24 +413,7 @@ func queueClaimSharesRowsBetweenHeads(t *testing.T, s *suite) {
 // give it; the deliveries behind it wait, and the next claim goes on
 // from where the chain stopped once its part is delivered.
 func queueClaimBoundsChains(t *testing.T, s *suite) {
-	var evs []Event
-	for i := range 12 {
-		evs = append(evs, Event{"t", fmt.Sprintf("k%d", i%2)})
-	}
-	seqs := s.db.Insert(t, evs...)
-	r := s.relay("r1")
-	r.takeLanes(time.Hour)
-	r.claim(100, 0)
-	o := &store.Outcome{OutboxSeqs: seqs}
-	for i, seq := range seqs {
-		o.OutboxKeys = append(o.OutboxKeys, evs[i].Key)
-		state := store.Waiting
-		if i < 2 {
-			state = store.Ready
-		}
-		o.FromOutbox.Add(seq, "s", state, false, 0, 0, sql.NullString{})
-	}
-	r.mustRecord(o)
+	r, seqs := queueKeys(t, s, 2, 6)
 	_, queued := r.claimChains(100, 10, 3, "s")
 	var k0 []int64
 	for _, c := range queued {
